@@ -1,0 +1,405 @@
+"""Start and stop labvm's whole stack for tests, benchmarks and the demo.
+
+One state folder holds everything of one stack: the throwaway PostgreSQL,
+the simulator's state, rendered configs, logs, PID files and `env` (shell
+syntax, the contract in DESIGN.md "The demo contract"). Components:
+
+    postgres   throwaway cluster (initdb), role and database labvm, migrations
+    kubesim    tests/kubesim/kubesim on HTTPS, seeded with namespace labs and
+               the golden PVC
+    lighttpd   serves web/, runs labvm.fcgi (bin-path), proxies /console/
+    apache     serves web/, mod_proxy_fcgi to labvm.fcgi under spawn-fcgi,
+               mod_proxy_wstunnel for /console/
+    console    labvm-console (the bridge)
+    reaper     labvm-reaper every minute (demo only; cron does it in production)
+
+Ports: the demo uses the contract's fixed ports (simulator 6443, front end
+8080); tests use --port-base B: PostgreSQL B+432, simulator B+443, lighttpd
+B+80, Apache B+90, bridge B+682.
+"""
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PGBIN = "/usr/lib/postgresql/15/bin"
+PASSWORD = "labvm"
+USERS = 200
+
+
+class StackError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"stack: {msg}", file=sys.stderr, flush=True)
+
+
+def ports_for(base, demo=False):
+    if demo:
+        return dict(pg=55432, kube=6443, lighttpd=8080, apache=8080, console=7682)
+    b = int(base)
+    return dict(pg=b + 432, kube=b + 443, lighttpd=b + 80, apache=b + 90, console=b + 682)
+
+
+def wait_tcp(host, port, timeout, proc=None, what=""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise StackError(f"{what} exited with status {proc.returncode}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise StackError(f"{what} not listening on {host}:{port} after {timeout}s")
+
+
+def port_free(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+class Stack:
+    def __init__(self, state, port_base=18000, demo=False, profile="fast", guest="process",
+                 frontend="both", environment=None, capacity=8, time_scale=None,
+                 bindir=None, reaper_every=0, extra_lessons=True):
+        self.state = os.path.abspath(state)
+        self.demo = demo
+        self.ports = ports_for(port_base, demo)
+        self.profile = profile
+        self.guest = guest
+        self.frontend = frontend
+        self.environment = environment or ("dev" if demo else "check")
+        self.capacity = capacity
+        self.time_scale = time_scale
+        self.bindir = os.path.abspath(bindir or os.environ.get("LABVM_BIN")
+                                      or os.path.join(SRC, "build", "bin"))
+        self.reaper_every = reaper_every
+        self.extra_lessons = extra_lessons
+        self.logs = os.path.join(self.state, "logs")
+        self.pids = os.path.join(self.state, "pids")
+        self.conf = os.path.join(self.state, "labvm.conf")
+        self.database = (f"postgresql://labvm:{PASSWORD}@127.0.0.1:{self.ports['pg']}/labvm"
+                         "?connect_timeout=5")
+
+    # ---------------------------------------------------------------- util
+    def path(self, *p):
+        return os.path.join(self.state, *p)
+
+    def spawn(self, name, argv, env=None, cwd=None):
+        os.makedirs(self.logs, exist_ok=True)
+        os.makedirs(self.pids, exist_ok=True)
+        out = open(os.path.join(self.logs, f"{name}.log"), "ab")
+        e = dict(os.environ)
+        e.update(env or {})
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=e, cwd=cwd or SRC, start_new_session=True)
+        out.close()
+        with open(os.path.join(self.pids, name), "w") as f:
+            f.write(str(p.pid))
+        return p
+
+    def running(self, name):
+        try:
+            with open(os.path.join(self.pids, name)) as f:
+                pid = int(f.read().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def stop(self, name, timeout=8):
+        pidfile = os.path.join(self.pids, name)
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            return
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 3)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                os.kill(pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                continue
+            break
+        try:
+            os.unlink(pidfile)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ postgres
+    def pg_up(self):
+        d = self.path("pg")
+        data = os.path.join(d, "data")
+        run = os.path.join(d, "run")
+        if not os.path.exists(os.path.join(data, "PG_VERSION")):
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(run)
+            shutil.chown(d, "postgres", "postgres")
+            shutil.chown(run, "postgres", "postgres")
+            subprocess.run(["runuser", "-u", "postgres", "--", f"{PGBIN}/initdb", "-D", data,
+                            "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8"],
+                           check=True, stdout=subprocess.DEVNULL)
+        opts = (f"-p {self.ports['pg']} -k {run} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=400")
+        r = subprocess.run(["runuser", "-u", "postgres", "--", f"{PGBIN}/pg_ctl", "-D", data,
+                            "-l", os.path.join(d, "server.log"), "-w", "-t", "30", "-o", opts,
+                            "start"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0 and "another server might be running" not in r.stderr:
+            raise StackError(f"postgres did not start: {r.stderr.strip()}")
+        su = ["runuser", "-u", "postgres", "--", "psql", "-X", "-q", "-h", run, "-p",
+              str(self.ports["pg"]), "-U", "postgres", "-v", "ON_ERROR_STOP=1"]
+        have = subprocess.run(su + ["-Atc", "SELECT 1 FROM pg_roles WHERE rolname='labvm'"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        if not have:
+            subprocess.run(su + ["-c", f"CREATE ROLE labvm LOGIN PASSWORD '{PASSWORD}'",
+                                 "-c", "CREATE DATABASE labvm OWNER labvm"], check=True)
+        subprocess.run([os.path.join(SRC, "sql", "migrate"), self.database], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def pg_down(self):
+        data = self.path("pg", "data")
+        if os.path.exists(os.path.join(data, "postmaster.pid")):
+            subprocess.run(["runuser", "-u", "postgres", "--", f"{PGBIN}/pg_ctl", "-D", data,
+                            "-m", "fast", "-w", "stop"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+    # ------------------------------------------------------------- kubesim
+    def kube_up(self):
+        sd = self.path("kubesim")
+        os.makedirs(sd, exist_ok=True)
+        ready = os.path.join(sd, "ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [os.path.join(SRC, "tests", "kubesim", "kubesim"), "--state-dir", sd,
+                "--port", str(self.ports["kube"]), "--profile", self.profile,
+                "--guest", self.guest,
+                "--rbac", os.path.join(SRC, "conf", "k8s", "rbac.yaml"),
+                "--seed", os.path.join(SRC, "tests", "kubesim", "seeds", "labs.yaml")]
+        if self.time_scale:
+            argv += ["--time-scale", str(self.time_scale)]
+        p = self.spawn("kubesim", argv)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(ready):
+            if p.poll() is not None:
+                raise StackError(f"kubesim exited with status {p.returncode}; see "
+                                 f"{self.logs}/kubesim.log")
+            if time.monotonic() > deadline:
+                raise StackError("kubesim not ready after 60 s")
+            time.sleep(0.05)
+
+    # --------------------------------------------------------- labvm.conf
+    def write_conf(self):
+        key = self.path("ticket.key")
+        if not os.path.exists(key):
+            with open(key, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+            os.chmod(key, 0o600)
+        lessons = self.path("lessons")
+        shutil.rmtree(lessons, ignore_errors=True)
+        os.makedirs(lessons)
+        dirs = [os.path.join(SRC, "conf", "lessons")]
+        if self.extra_lessons:
+            dirs.append(os.path.join(SRC, "tests", "lessons"))
+        for d in dirs:
+            for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+                if n.endswith(".json"):
+                    shutil.copy(os.path.join(d, n), lessons)
+        sd = self.path("kubesim")
+        conf = {
+            "environment": self.environment,
+            "namespace": "labs",
+            "kube_api": f"https://127.0.0.1:{self.ports['kube']}",
+            "kube_token_file": os.path.join(sd, "backend-token"),
+            "kube_ca_file": os.path.join(sd, "ca.crt"),
+            "database": self.database,
+            "vm_capacity": str(self.capacity),
+            "lessons_dir": lessons,
+            "label_prefix": "labvm.io",
+            "ticket_key_file": key,
+            "fcgi_threads": "4",
+            "console_listen": f"127.0.0.1:{self.ports['console']}",
+            "console_path": "/console/",
+            "orphan_grace_s": "120",
+            "log_level": "info",
+        }
+        with open(self.conf, "w") as f:
+            f.write("# generated by tests/stack; see conf/labvm.conf.example\n")
+            for k, v in conf.items():
+                f.write(f"{k} = {v}\n")
+
+    def write_htpasswd(self):
+        out = self.path("htpasswd")
+        if os.path.exists(out):
+            return out
+        h = subprocess.run(["openssl", "passwd", "-apr1", "-salt", "labvmdmo", PASSWORD],
+                           capture_output=True, text=True, check=True).stdout.strip()
+        with open(out, "w") as f:
+            for i in range(1, USERS + 1):
+                f.write(f"student{i}:{h}\n")
+            f.write(f"teacher:{h}\n")
+        os.chmod(out, 0o644)
+        return out
+
+    def render(self, template, out, extra):
+        with open(template) as f:
+            text = f.read()
+        values = {
+            "STATE": self.state, "SRC": SRC, "BIN": self.bindir, "WEB": os.path.join(SRC, "web"),
+            "CONF": self.conf, "CONSOLE_PORT": str(self.ports["console"]),
+            "HTPASSWD": self.write_htpasswd(),
+        }
+        values.update(extra)
+        for k, v in values.items():
+            text = text.replace("@" + k + "@", v)
+        with open(out, "w") as f:
+            f.write(text)
+        return out
+
+    # ----------------------------------------------------------- services
+    def console_up(self):
+        exe = os.path.join(self.bindir, "labvm-console")
+        if not os.path.exists(exe):
+            log("labvm-console not built; the console is not started")
+            return
+        p = self.spawn("console", [exe], env={"LABVM_CONF": self.conf})
+        wait_tcp("127.0.0.1", self.ports["console"], 15, p, "labvm-console")
+
+    def lighttpd_up(self):
+        os.makedirs(self.path("run"), exist_ok=True)
+        conf = self.render(os.path.join(SRC, "conf", "lighttpd", "labvm.conf.in"),
+                           self.path("lighttpd.conf"), {"PORT": str(self.ports["lighttpd"])})
+        r = subprocess.run(["lighttpd", "-tt", "-f", conf], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise StackError(f"lighttpd config: {r.stderr.strip()}")
+        p = self.spawn("lighttpd", ["lighttpd", "-D", "-f", conf])
+        wait_tcp("127.0.0.1", self.ports["lighttpd"], 15, p, "lighttpd")
+
+    def apache_up(self):
+        run = self.path("run", "apache")
+        os.makedirs(run, exist_ok=True)
+        sock = self.path("run", "labvm-fcgi-apache.sock")
+        if os.path.exists(sock):
+            os.unlink(sock)
+        # labvm.fcgi under spawn-fcgi, in the foreground (-n) so it can be stopped by PID
+        self.spawn("apache-fcgi", ["spawn-fcgi", "-n", "-s", sock, "-M", "0666", "--",
+                                   os.path.join(self.bindir, "labvm.fcgi")],
+                   env={"LABVM_CONF": self.conf})
+        conf = self.render(os.path.join(SRC, "conf", "apache", "labvm.conf.in"),
+                           self.path("apache.conf"),
+                           {"PORT": str(self.ports["apache"]), "FCGI_SOCKET": sock,
+                            "RUN": run})
+        r = subprocess.run(["apache2", "-t", "-f", conf], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise StackError(f"apache config: {r.stderr.strip()}")
+        p = self.spawn("apache", ["apache2", "-f", conf, "-DFOREGROUND"])
+        wait_tcp("127.0.0.1", self.ports["apache"], 15, p, "apache")
+
+    def reaper_up(self):
+        exe = os.path.join(self.bindir, "labvm-reaper")
+        loop = (f"while :; do sleep {int(self.reaper_every)}; "
+                f"LABVM_CONF={self.conf} {exe}; done")
+        self.spawn("reaper", ["/bin/sh", "-c", loop])
+
+    def wait_http(self, url, timeout=20):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except OSError as e:
+                last = e
+                time.sleep(0.1)
+        raise StackError(f"{url} did not answer: {last}")
+
+    def frontends(self):
+        if self.frontend == "both":
+            return ["lighttpd", "apache"]
+        return [self.frontend]
+
+    def url(self, fe=None):
+        fe = fe or self.frontends()[0]
+        return f"http://127.0.0.1:{self.ports[fe]}"
+
+    def write_env(self):
+        sd = self.path("kubesim")
+        env = {
+            "LABVM_URL": self.url(),
+            "LABVM_KUBE_URL": f"https://127.0.0.1:{self.ports['kube']}",
+            "LABVM_KUBE_ADMIN_TOKEN_FILE": os.path.join(sd, "admin-token"),
+            "LABVM_KUBE_BACKEND_TOKEN_FILE": os.path.join(sd, "backend-token"),
+            "LABVM_KUBE_CA": os.path.join(sd, "ca.crt"),
+            "LABVM_DATABASE": self.database,
+            "LABVM_NAMESPACE": "labs",
+            "LABVM_ENVIRONMENT": self.environment,
+            "LABVM_CONF": self.conf,
+            "LABVM_BIN": self.bindir,
+            "LABVM_STATE": self.state,
+            "LABVM_CONSOLE_URL": f"ws://127.0.0.1:{self.ports['console']}",
+            "LABVM_PASSWORD": PASSWORD,
+            "LABVM_FRONTENDS": " ".join(self.frontends()),
+        }
+        for fe in self.frontends():
+            env[f"LABVM_{fe.upper()}_URL"] = self.url(fe)
+        with open(self.path("env"), "w") as f:
+            for k, v in env.items():
+                f.write(f"{k}='{v}'\n")
+        return env
+
+    # ------------------------------------------------------------- up/down
+    def up(self):
+        os.makedirs(self.state, exist_ok=True)
+        if self.running_any():
+            raise StackError(f"a stack is already running in {self.state}; stop it first")
+        busy = sorted({f"{k}={p}" for k, p in self.ports.items() if not port_free(p)})
+        if busy:
+            raise StackError("ports in use: " + ", ".join(busy) +
+                             " (another stack running? try the matching 'down')")
+        t0 = time.monotonic()
+        self.pg_up()
+        self.kube_up()
+        self.write_conf()
+        self.console_up()
+        for fe in self.frontends():
+            getattr(self, f"{fe}_up")()
+            self.wait_http(self.url(fe) + "/api/healthz")
+        if self.reaper_every:
+            self.reaper_up()
+        env = self.write_env()
+        log(f"up in {time.monotonic() - t0:.1f}s: {env['LABVM_URL']} "
+            f"(simulator {env['LABVM_KUBE_URL']}, profile {self.profile}, guests {self.guest})")
+        return env
+
+    def running_any(self):
+        return os.path.isdir(self.pids) and any(self.running(n) for n in os.listdir(self.pids))
+
+    def down(self):
+        for name in ("reaper", "apache", "apache-fcgi", "lighttpd", "console", "kubesim"):
+            self.stop(name)
+        self.pg_down()
+        log(f"down: {self.state}")
