@@ -9,9 +9,9 @@ CREATE TABLE IF NOT EXISTS sessions (
 	environment     text NOT NULL,
 	state           text NOT NULL DEFAULT 'starting'
 	                CHECK (state IN ('starting', 'ready', 'failed', 'ended')),
+	-- how far the start got (kept when the session fails or ends)
 	stage           text NOT NULL DEFAULT 'submitted'
-	                CHECK (stage IN ('submitted', 'scheduling', 'booting', 'setting_up',
-	                                 'ready', 'failed', 'ended')),
+	                CHECK (stage IN ('submitted', 'scheduling', 'booting', 'setting_up', 'ready')),
 	disk_source     text CHECK (disk_source IN ('golden', 'containerdisk', 'datavolume')),
 	disk_fallback_reason text
 	                CHECK (disk_fallback_reason IN ('not_found', 'forbidden', 'importing',

@@ -1,0 +1,226 @@
+/* config.c - the table-driven labvm.conf parser (pgbouncer style). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+enum cfg_type { CFG_STR, CFG_INT };
+
+struct cfg_key {
+	const char *name;
+	enum cfg_type type;
+	size_t off;
+	const char *def;
+	int min, max;       /* CFG_INT bounds */
+};
+
+#define S(name, def)               { #name, CFG_STR, offsetof(struct cfg, name), def, 0, 0 }
+#define I(name, def, min, max)     { #name, CFG_INT, offsetof(struct cfg, name), def, min, max }
+
+static const struct cfg_key keys[] = {
+	S(environment, "dev"),
+	{ "namespace", CFG_STR, offsetof(struct cfg, namespace_), "labs", 0, 0 },
+	S(kube_api, "https://kubernetes.default.svc"),
+	S(kube_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+	S(kube_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
+	I(kube_timeout_ms, "10000", 100, 600000),
+	S(database, "postgresql:///labvm"),
+	I(vm_capacity, "8", 0, 100000),
+	I(retry_after_s, "30", 1, 3600),
+	S(lessons_dir, "/etc/labvm/lessons"),
+	S(label_prefix, "labvm.io"),
+	S(ticket_key_file, "/etc/labvm/ticket.key"),
+	I(ticket_ttl_s, "30", 5, 3600),
+	I(fcgi_threads, "4", 1, 256),
+	S(fcgi_listen, ""),
+	S(base_path, ""),
+	I(agent_port, "8899", 1, 65535),
+	I(agent_ready_timeout_ms, "1500", 100, 60000),
+	I(agent_run_timeout_s, "30", 1, 300),
+	S(console_listen, "127.0.0.1:7682"),
+	S(console_path, "/console/"),
+	I(console_ping_s, "10", 1, 600),
+	I(orphan_grace_s, "120", 0, 86400),
+	S(log_level, "info"),
+};
+
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+const char *cfg_path(void)
+{
+	const char *p = getenv("LABVM_CONF");
+	return p && *p ? p : CFG_DEFAULT_PATH;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	util_rstrip(s);
+	return s;
+}
+
+static int set_value(struct cfg *c, const struct cfg_key *k, const char *v, char *err,
+		     size_t errlen)
+{
+	char *slot = (char *)c + k->off;
+	if (k->type == CFG_STR) {
+		char **p = (char **)(void *)slot;
+		free(*p);
+		*p = xstrdup(v);
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < k->min || n > k->max) {
+		snprintf(err, errlen, "%s: '%s' is not a number in %d..%d", k->name, v, k->min,
+			 k->max);
+		return -1;
+	}
+	*(int *)(void *)slot = (int)n;
+	return 0;
+}
+
+static int validate(struct cfg *c, char *err, size_t errlen)
+{
+	if (!util_label_value_ok(c->environment) || !*c->environment) {
+		snprintf(err, errlen, "environment: '%s' is not a valid label value",
+			 c->environment);
+		return -1;
+	}
+	if (!util_dns_label_ok(c->namespace_)) {
+		snprintf(err, errlen, "namespace: '%s' is not a valid namespace", c->namespace_);
+		return -1;
+	}
+	if (strncmp(c->kube_api, "https://", 8) != 0) {
+		snprintf(err, errlen, "kube_api: '%s' must start with https://", c->kube_api);
+		return -1;
+	}
+	size_t n = strlen(c->kube_api);
+	while (n > 8 && c->kube_api[n - 1] == '/')
+		c->kube_api[--n] = '\0';
+	n = strlen(c->base_path);
+	while (n && c->base_path[n - 1] == '/')
+		c->base_path[--n] = '\0';
+	if (!*c->label_prefix || strlen(c->label_prefix) > 200 || strchr(c->label_prefix, '/')) {
+		snprintf(err, errlen, "label_prefix: '%s' is not a DNS subdomain", c->label_prefix);
+		return -1;
+	}
+	enum log_level lv;
+	if (log_level_parse(c->log_level, &lv) < 0) {
+		snprintf(err, errlen, "log_level: '%s' is not one of err, warn, info, debug",
+			 c->log_level);
+		return -1;
+	}
+	log_set_level(lv);
+	return 0;
+}
+
+static int load_ticket_key(struct cfg *c, char *err, size_t errlen)
+{
+	size_t len;
+	char *k = util_read_file(c->ticket_key_file, 4096, &len);
+	if (!k) {
+		snprintf(err, errlen, "ticket_key_file %s: %s", c->ticket_key_file,
+			 strerror(errno));
+		return -1;
+	}
+	util_rstrip(k);
+	len = strlen(k);
+	if (len < 32) {
+		free(k);
+		snprintf(err, errlen, "ticket_key_file %s: key shorter than 32 bytes",
+			 c->ticket_key_file);
+		return -1;
+	}
+	c->ticket_key = (unsigned char *)k;
+	c->ticket_key_len = len;
+	return 0;
+}
+
+int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen)
+{
+	FILE *f;
+	char line[4096];
+	int lineno = 0;
+
+	memset(c, 0, sizeof *c);
+	for (size_t i = 0; i < NKEYS; i++)
+		if (set_value(c, &keys[i], keys[i].def, err, errlen) < 0)
+			return -1;
+	f = fopen(path, "re");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		char *s = trim(line);
+		if (!*s || *s == '#')
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+			fclose(f);
+			return -1;
+		}
+		*eq = '\0';
+		char *k = trim(s), *v = trim(eq + 1);
+		size_t i;
+		for (i = 0; i < NKEYS; i++)
+			if (strcmp(keys[i].name, k) == 0)
+				break;
+		if (i == NKEYS) {
+			snprintf(err, errlen, "%s:%d: unknown key '%s'", path, lineno, k);
+			fclose(f);
+			return -1;
+		}
+		char sub[256];
+		if (set_value(c, &keys[i], v, sub, sizeof sub) < 0) {
+			snprintf(err, errlen, "%s:%d: %s", path, lineno, sub);
+			fclose(f);
+			return -1;
+		}
+	}
+	fclose(f);
+	if (validate(c, err, errlen) < 0)
+		return -1;
+	if ((needs & CFG_NEED_TICKET_KEY) && load_ticket_key(c, err, errlen) < 0)
+		return -1;
+	c->label.lab_session = xasprintf("%s/lab-session", c->label_prefix);
+	c->label.session_id = xasprintf("%s/session-id", c->label_prefix);
+	c->label.environment = xasprintf("%s/environment", c->label_prefix);
+	c->label.lesson = xasprintf("%s/lesson", c->label_prefix);
+	c->label.image = xasprintf("%s/image", c->label_prefix);
+	return 0;
+}
+
+void cfg_free(struct cfg *c)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		if (keys[i].type == CFG_STR) {
+			char **p = (char **)(void *)((char *)c + keys[i].off);
+			free(*p);
+			*p = NULL;
+		}
+	free(c->label.lab_session);
+	free(c->label.session_id);
+	free(c->label.environment);
+	free(c->label.lesson);
+	free(c->label.image);
+	memset(&c->label, 0, sizeof c->label);
+	if (c->ticket_key) {
+		memset(c->ticket_key, 0, c->ticket_key_len);
+		free(c->ticket_key);
+		c->ticket_key = NULL;
+	}
+}

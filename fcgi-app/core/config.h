@@ -1,0 +1,59 @@
+/* config.h - labvm.conf, shared by every labvm binary.
+ *
+ * `key = value` lines, '#' comments. The path comes from $LABVM_CONF (default
+ * /etc/labvm/labvm.conf). Every key has a default (see config.c's table);
+ * unknown keys are an error, so a typo never silently falls back. */
+#ifndef LABVM_CORE_CONFIG_H
+#define LABVM_CORE_CONFIG_H
+
+#include <stddef.h>
+
+#define CFG_DEFAULT_PATH "/etc/labvm/labvm.conf"
+
+struct cfg {
+	char *environment;          /* value of <prefix>/environment */
+	char *namespace_;           /* lab namespace */
+	char *kube_api;             /* https://host:port, no trailing slash */
+	char *kube_token_file;
+	char *kube_ca_file;
+	int kube_timeout_ms;
+	char *database;             /* libpq conninfo: SECRET */
+	int vm_capacity;
+	int retry_after_s;
+	char *lessons_dir;
+	char *label_prefix;
+	char *ticket_key_file;
+	int ticket_ttl_s;
+	int fcgi_threads;
+	char *fcgi_listen;          /* "" = fd 0 */
+	char *base_path;            /* URL prefix in front of /api and /console ("" by default) */
+	int agent_port;
+	int agent_ready_timeout_ms;
+	int agent_run_timeout_s;    /* default per grader step */
+	char *console_listen;       /* host:port of labvm-console */
+	char *console_path;         /* URL path the browser uses, e.g. /console/ */
+	int console_ping_s;
+	int orphan_grace_s;
+	char *log_level;
+
+	/* label keys "<label_prefix>/<name>", built by cfg_load() */
+	struct {
+		char *lab_session, *session_id, *environment, *lesson, *image;
+	} label;
+
+	/* loaded from files by cfg_load() when asked for */
+	unsigned char *ticket_key;  /* SECRET */
+	size_t ticket_key_len;
+};
+
+enum cfg_needs {
+	CFG_NEED_TICKET_KEY = 1 << 0,
+};
+
+/* Load and validate. On error returns -1 with a message in err. */
+int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
+/* Path of the config file: $LABVM_CONF or the default. */
+const char *cfg_path(void);
+void cfg_free(struct cfg *c);
+
+#endif
