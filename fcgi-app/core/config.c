@@ -48,6 +48,7 @@ static const struct cfg_key keys[] = {
 	S(console_listen, "127.0.0.1:7682"),
 	S(console_path, "/console/"),
 	I(console_ping_s, "10", 1, 600),
+	I(console_linger_s, "120", 0, 86400),
 	I(orphan_grace_s, "120", 0, 86400),
 	S(log_level, "info"),
 };

@@ -33,6 +33,7 @@ struct cfg {
 	char *console_listen;       /* host:port of labvm-console */
 	char *console_path;         /* URL path the browser uses, e.g. /console/ */
 	int console_ping_s;
+	int console_linger_s;     /* keep a console's upstream open this long after its last browser */
 	int orphan_grace_s;
 	char *log_level;
 
