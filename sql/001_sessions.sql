@@ -54,3 +54,25 @@ CREATE TABLE IF NOT EXISTS session_vms (
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS session_vms_name ON session_vms (vm_name);
+
+-- RFC 3339 UTC text of a timestamp, as the API shows it.
+CREATE OR REPLACE FUNCTION labvm_ts(t timestamptz) RETURNS text
+	LANGUAGE sql IMMUTABLE STRICT
+	AS $$ SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') $$;
+
+-- Whoever ends or fails a session (labvm.fcgi, the reaper, an operator's
+-- UPDATE), labvm-console hears it on channel labvm_session and closes that
+-- session's consoles.
+CREATE OR REPLACE FUNCTION labvm_session_notify() RETURNS trigger
+	LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('labvm_session', NEW.id::text);
+	RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS sessions_notify ON sessions;
+CREATE TRIGGER sessions_notify
+	AFTER UPDATE OF state ON sessions
+	FOR EACH ROW
+	WHEN (NEW.state IN ('ended', 'failed') AND OLD.state IS DISTINCT FROM NEW.state)
+	EXECUTE FUNCTION labvm_session_notify();

@@ -1,0 +1,37 @@
+/* api.h - the HTTP API's handlers (one file per resource) and the router.
+ *
+ * A handler writes exactly one response through resp_json()/resp_error()
+ * and returns H_DONE, or returns H_DB_LOST when the database connection
+ * dropped before anything changed in the cluster: the router then reconnects
+ * and runs the handler once more (a restarted database costs one retry, not
+ * an error). */
+#ifndef LABVM_FCGI_API_H
+#define LABVM_FCGI_API_H
+
+#include "http.h"
+
+enum hres { H_DONE = 0, H_DB_LOST = 1 };
+
+enum route_needs {
+	NEED_USER = 1 << 0,   /* REMOTE_USER must be set (401) */
+	NEED_JSON = 1 << 1,   /* Content-Type application/json (415), body read and parsed */
+};
+
+typedef enum hres (*handler_fn)(struct req *r);
+
+/* Route the request to its handler; always answers. */
+void router_dispatch(struct req *r);
+
+enum hres api_lessons(struct req *r);
+enum hres api_healthz(struct req *r);
+enum hres api_session_create(struct req *r);
+enum hres api_session_current(struct req *r);
+enum hres api_session_get(struct req *r);
+enum hres api_session_delete(struct req *r);
+enum hres api_session_grade(struct req *r);
+enum hres api_console_ticket(struct req *r);
+
+/* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
+enum hres api_db_error(struct req *r);
+
+#endif

@@ -1,0 +1,65 @@
+/* api_misc.c - GET /api/lessons, GET /api/healthz. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "jsonx.h"
+#include "session.h"
+
+enum hres api_db_error(struct req *r)
+{
+	if (r->x->db.broken)
+		return H_DB_LOST;
+	resp_error(r, 503, "db_unavailable", "database error: try again shortly");
+	return H_DONE;
+}
+
+enum hres api_lessons(struct req *r)
+{
+	const struct lessons *ls = r->x->lessons;
+	cJSON *o = jx_obj();
+	cJSON *a = jx_add_arr(o, "lessons");
+	for (size_t i = 0; i < ls->n; i++) {
+		const struct lesson *l = &ls->v[i];
+		cJSON *e = jx_obj();
+		jx_add_str(e, "id", l->id);
+		jx_add_str(e, "title", l->title);
+		jx_add_str(e, "runtime", lesson_runtime_str(l->runtime));
+		jx_add_num(e, "minutes", l->minutes);
+		jx_add_str(e, "description", l->description);
+		if (l->runtime == RUNTIME_VM)
+			jx_add_str(e, "disk", lesson_disk_str(l->disk));
+		jx_add_num(e, "grader_steps", (double)l->nsteps);
+		jx_push(a, e);
+	}
+	resp_json(r, 200, o);
+	return H_DONE;
+}
+
+enum hres api_healthz(struct req *r)
+{
+	struct labctx *x = r->x;
+	cJSON *o = jx_obj();
+	int ok = 1;
+	PGresult *res = db_exec(&x->db, "SELECT 1", 0, NULL);
+	if (res) {
+		jx_add_str(o, "db", "ok");
+	} else {
+		jx_add_str(o, "db", x->db.msg);
+		ok = 0;
+	}
+	PQclear(res);
+	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
+	char *p2 = xasprintf("%s?limit=1", path);
+	long code = kube_get(&x->kube, p2, NULL);
+	if (code == 200) {
+		jx_add_str(o, "cluster", "ok");
+	} else {
+		jx_add_str(o, "cluster", x->kube.msg[0] ? x->kube.msg : "unexpected answer");
+		ok = 0;
+	}
+	free(p2);
+	free(path);
+	resp_json(r, ok ? 200 : 503, o);
+	return H_DONE;
+}

@@ -1,0 +1,501 @@
+/* api_sessions.c - start, read, end and grade lab sessions; console tickets.
+ *
+ * Starting a session (POST /api/sessions) is one transaction:
+ *
+ *   1. pg_advisory_xact_lock on the user      -> a double click yields one session
+ *   2. an open session?                       -> 409 session_exists, naming it
+ *   3. golden disk usable?                    -> else containerDisk, reason recorded
+ *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
+ *   5. count lab VMs in the cluster           -> 503 capacity_full / cluster_unavailable
+ *   6. insert the session, create the Secret, the VM, own the Secret by the VM
+ *   7. commit                                 -> 201
+ *
+ * Any cluster failure deletes what was created and rolls back: no active
+ * session row and nothing in the cluster. A process killed between 6 and 7
+ * leaves labelled objects without an active session: the reaper's orphans. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "cloudinit.h"
+#include "golden.h"
+#include "jsonx.h"
+#include "log.h"
+#include "manifest.h"
+#include "session.h"
+#include "ticket.h"
+
+#define LOCK_USER     "7301"
+#define LOCK_CAPACITY "7302"
+#define GRADE_OUTPUT_MAX 8192
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Load the {id} session of this user; answers 404 / 503 itself when it returns != 0. */
+static int load_own(struct req *r, struct session *s, enum hres *h)
+{
+	int rc = session_load(r->x, r->param, s);
+	*h = H_DONE;
+	if (rc == SESSION_DBERR) {
+		*h = api_db_error(r);
+		return -1;
+	}
+	if (rc == SESSION_NONE || strcmp(s->user, r->user) != 0) {
+		/* someone else's session does not exist for this user */
+		session_free(s);
+		resp_error(r, 404, "not_found", "no such session");
+		return -1;
+	}
+	return 0;
+}
+
+static enum hres advanced(struct req *r, struct session *s, int status)
+{
+	if (session_advance(r->x, s) < 0) {
+		session_free(s);
+		return api_db_error(r);
+	}
+	resp_json(r, status, session_json(s));
+	session_free(s);
+	return H_DONE;
+}
+
+static void delete_quiet(struct labctx *x, const char *kind, const char *name)
+{
+	char *path = kube_path(kind, x->cfg->namespace_, name);
+	if (!kube_delete(&x->kube, path, "Background"))
+		log_warn("cleanup: deleting %s %s failed: %s (the reaper will retry)", kind, name,
+			 x->kube.msg);
+	free(path);
+}
+
+/* ------------------------------------------------------------------ start */
+
+struct start {
+	const struct lesson *lesson;
+	enum lesson_disk disk;
+	const char *fallback;
+	struct lab_names names;
+	char token[65];
+};
+
+/* Count lab VMs in the cluster: every environment, terminating ones included. */
+static long count_lab_vms(struct labctx *x, long *in_use)
+{
+	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
+	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
+	cJSON *list = NULL;
+	long code = kube_list(&x->kube, path, sel, &list);
+	const cJSON *items = kj_get(list, "items");
+	if (code == 200 && !cJSON_IsArray(items))
+		code = 0;
+	*in_use = code == 200 ? cJSON_GetArraySize(items) : 0;
+	cJSON_Delete(list);
+	free(sel);
+	free(path);
+	return code;
+}
+
+static int insert_rows(struct req *r, const struct start *st)
+{
+	const struct lesson *l = st->lesson;
+	char pressed[32], minutes[16], rto[16], yto[16];
+	snprintf(pressed, sizeof pressed, "%.6f", r->t_wall);
+	snprintf(minutes, sizeof minutes, "%d", l->minutes);
+	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
+	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
+	const char *p[11] = { st->names.session_id, r->user, l->id, lesson_runtime_str(l->runtime),
+			      r->x->cfg->environment, lesson_disk_str(st->disk), st->fallback,
+			      rto, yto, pressed, minutes };
+	if (db_cmd(&r->x->db,
+		   "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, "
+		   "disk_source, disk_fallback_reason, running_timeout_s, ready_timeout_s, "
+		   "created_at, expires_at) VALUES ($1::uuid, $2, $3, $4, $5, 'starting', "
+		   "'submitted', $6, $7, $8::int, $9::int, to_timestamp($10::float8), "
+		   "to_timestamp($10::float8) + make_interval(mins => $11::int))",
+		   11, p) < 0)
+		return -1;
+	const char *q[4] = { st->names.session_id, st->names.vm, st->names.secret, st->token };
+	return db_cmd(&r->x->db,
+		      "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
+		      "VALUES ($1::uuid, $2, $3, $4)",
+		      4, q);
+}
+
+/* Create the Secret and the VM and tie them; on failure undo and say why. */
+static int submit(struct req *r, const struct start *st, char *why, size_t whylen)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	char *userdata = cloudinit_build(st->lesson, st->token);
+	cJSON *secret = manifest_secret(c, &st->names, st->lesson, userdata);
+	cJSON *vm = manifest_vm(c, &st->names, st->lesson, st->disk);
+	cJSON *created = NULL, *patch = NULL;
+	char *spath = kube_path("secrets", c->namespace_, NULL);
+	char *vpath = kube_path("virtualmachines", c->namespace_, NULL);
+	char *opath = kube_path("secrets", c->namespace_, st->names.secret);
+	int rc = -1;
+	long code;
+
+	memset(userdata, 0, strlen(userdata)); /* it holds the agent token */
+	free(userdata);
+	code = kube_create(&x->kube, spath, secret, NULL);
+	if (code != 201 && code != 200) {
+		snprintf(why, whylen, "creating the cloud-init Secret: %s", x->kube.msg);
+		if (code)
+			delete_quiet(x, "secrets", st->names.secret); /* a timeout may have created it */
+		goto out;
+	}
+	code = kube_create(&x->kube, vpath, vm, &created);
+	const char *uid = kj_str(created, "metadata.uid");
+	if ((code != 201 && code != 200) || !uid) {
+		snprintf(why, whylen, "creating the VirtualMachine: %s",
+			 x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		delete_quiet(x, "virtualmachines", st->names.vm);
+		delete_quiet(x, "secrets", st->names.secret);
+		goto out;
+	}
+	patch = manifest_owner_patch(st->names.vm, uid);
+	code = kube_merge_patch(&x->kube, opath, patch, NULL);
+	if (code != 200) {
+		snprintf(why, whylen, "making the Secret owned by the VM: %s", x->kube.msg);
+		delete_quiet(x, "virtualmachines", st->names.vm);
+		delete_quiet(x, "secrets", st->names.secret);
+		goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(secret);
+	cJSON_Delete(vm);
+	cJSON_Delete(created);
+	cJSON_Delete(patch);
+	free(spath);
+	free(vpath);
+	free(opath);
+	return rc;
+}
+
+static void undo_submit(struct labctx *x, const struct start *st)
+{
+	delete_quiet(x, "virtualmachines", st->names.vm);
+	delete_quiet(x, "secrets", st->names.secret);
+}
+
+enum hres api_session_create(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
+	struct start st;
+	struct session s;
+	char why[1024], detail[600];
+	long in_use;
+
+	memset(&st, 0, sizeof st);
+	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lid) || !lid->valuestring[0]) {
+		resp_error(r, 400, "bad_request", "expected {\"lesson\": \"<lesson id>\"}");
+		return H_DONE;
+	}
+	st.lesson = lessons_find(x->lessons, lid->valuestring);
+	if (!st.lesson) {
+		resp_error(r, 404, "unknown_lesson", "there is no lesson \"%.100s\"", lid->valuestring);
+		return H_DONE;
+	}
+	if (st.lesson->runtime == RUNTIME_POD) {
+		resp_error(r, 501, "not_implemented",
+			   "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
+			   st.lesson->id);
+		return H_DONE;
+	}
+
+	/* 1-2: one start at a time per user; an open session is the answer */
+	const char *pu[2] = { c->environment, r->user };
+	if (db_begin(&x->db) < 0 ||
+	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
+		   2, pu) < 0)
+		goto dberr;
+	int rc = session_load_active(x, r->user, &s);
+	if (rc == SESSION_DBERR)
+		goto dberr;
+	if (rc == SESSION_FOUND) {
+		db_rollback(&x->db);
+		cJSON *o = jx_obj();
+		jx_add_str(o, "error", "session_exists");
+		jx_add_str(o, "message", "you already have a lab session open");
+		jx_put(o, "session", session_json(&s));
+		session_free(&s);
+		resp_json(r, 409, o);
+		return H_DONE;
+	}
+
+	/* 3: the golden disk, or the silent fallback */
+	st.disk = st.lesson->disk;
+	if (st.disk == DISK_GOLDEN) {
+		enum golden_reason g = golden_check(&x->kube, c, st.lesson, detail, sizeof detail);
+		if (g != GOLDEN_OK) {
+			st.disk = DISK_CONTAINERDISK;
+			st.fallback = golden_reason_str(g);
+			log_info("user %s lesson %s: golden disk not used (%s; %s), containerDisk instead",
+				 r->user, st.lesson->id, st.fallback, detail);
+		}
+	}
+
+	/* 4-5: capacity, counted in the cluster under a global lock */
+	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) < 0)
+		goto dberr;
+	long code = count_lab_vms(x, &in_use);
+	if (code != 200) {
+		db_rollback(&x->db);
+		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
+		resp_error(r, 503, "cluster_unavailable",
+			   "the cluster cannot be reached right now: try again in a minute");
+		return H_DONE;
+	}
+	if (in_use >= c->vm_capacity) {
+		db_rollback(&x->db);
+		cJSON *o = jx_obj();
+		jx_add_str(o, "error", "capacity_full");
+		jx_add_str(o, "message", "all lab machines are in use: try again shortly");
+		jx_add_num(o, "capacity", c->vm_capacity);
+		jx_add_num(o, "in_use", (double)in_use);
+		jx_add_num(o, "retry_after_s", c->retry_after_s);
+		resp_header(r, "Retry-After", "%d", c->retry_after_s);
+		resp_json(r, 503, o);
+		return H_DONE;
+	}
+
+	/* 6: the session row, then the cluster objects */
+	char sid[37];
+	if (util_uuid4(sid) < 0 || util_random_hex(st.token, 32) < 0) {
+		db_rollback(&x->db);
+		resp_error(r, 500, "internal_error", "no randomness available");
+		return H_DONE;
+	}
+	lab_names_from_session(&st.names, sid);
+	if (insert_rows(r, &st) < 0)
+		goto dberr;
+	if (submit(r, &st, why, sizeof why) < 0) {
+		db_rollback(&x->db);
+		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
+			 st.lesson->id, why);
+		resp_error(r, 503, "cluster_unavailable",
+			   "the lab machine could not be created: try again in a minute");
+		return H_DONE;
+	}
+	const char *ps[1] = { sid };
+	/* 7: from here on a database failure must undo the cluster side */
+	if (db_cmd(&x->db, "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid",
+		   1, ps) < 0 ||
+	    db_commit(&x->db) < 0) {
+		db_rollback(&x->db);
+		undo_submit(x, &st);
+		log_err("user %s: database failed after submitting %s: %s", r->user, st.names.vm,
+			x->db.msg);
+		resp_error(r, 503, "db_unavailable", "the database is unavailable: try again shortly");
+		return H_DONE;
+	}
+	log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
+		 r->user, st.lesson->id, sid, st.names.vm, lesson_disk_str(st.disk),
+		 st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", in_use + 1,
+		 c->vm_capacity);
+	if (session_load(x, sid, &s) != SESSION_FOUND) {
+		resp_error(r, 503, "db_unavailable", "the session was created but cannot be read");
+		return H_DONE;
+	}
+	resp_json(r, 201, session_json(&s));
+	session_free(&s);
+	return H_DONE;
+dberr:
+	db_rollback(&x->db);
+	return api_db_error(r);
+}
+
+/* ------------------------------------------------------------ read / end */
+
+enum hres api_session_current(struct req *r)
+{
+	struct session s;
+	int rc = session_load_active(r->x, r->user, &s);
+	if (rc == SESSION_DBERR)
+		return api_db_error(r);
+	if (rc == SESSION_NONE) {
+		resp_error(r, 404, "no_session", "you have no open lab session");
+		return H_DONE;
+	}
+	return advanced(r, &s, 200);
+}
+
+enum hres api_session_get(struct req *r)
+{
+	struct session s;
+	enum hres h;
+	if (load_own(r, &s, &h) < 0)
+		return h;
+	return advanced(r, &s, 200);
+}
+
+enum hres api_session_delete(struct req *r)
+{
+	struct session s;
+	enum hres h;
+	if (load_own(r, &s, &h) < 0)
+		return h;
+	if (session_active(&s)) {
+		if (session_finish(r->x, &s, "ended", "user", NULL) < 0) {
+			session_free(&s);
+			resp_error(r, 503, "db_unavailable", "the database is unavailable: try again");
+			return H_DONE;
+		}
+	} else {
+		/* ended or failed already: make sure nothing is left (idempotent) */
+		session_delete_objects(r->x, &s);
+	}
+	resp_json(r, 200, session_json(&s));
+	session_free(&s);
+	return H_DONE;
+}
+
+/* ------------------------------------------------------------ grade */
+
+static char *step_output(const cJSON *res)
+{
+	const char *out = kj_str(res, "stdout"), *err = kj_str(res, "stderr");
+	struct buf b = { 0 };
+	buf_puts(&b, out ? out : "");
+	if (err && *err) {
+		if (b.len && b.p[b.len - 1] != '\n')
+			buf_puts(&b, "\n");
+		buf_puts(&b, err);
+	}
+	if (b.len > GRADE_OUTPUT_MAX) {
+		/* keep it valid UTF-8: cut at a character boundary */
+		size_t n = GRADE_OUTPUT_MAX;
+		while (n > 0 && ((unsigned char)b.p[n] & 0xC0) == 0x80)
+			n--;
+		b.len = n;
+		b.p[n] = '\0';
+		buf_puts(&b, "\n[output truncated]");
+	}
+	if (!b.p)
+		buf_puts(&b, "");
+	return b.p;
+}
+
+enum hres api_session_grade(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct lesson *l;
+	struct session s;
+	enum hres h;
+	int passed = 0;
+
+	if (load_own(r, &s, &h) < 0)
+		return h;
+	if (session_advance(x, &s) < 0) {
+		session_free(&s);
+		return api_db_error(r);
+	}
+	if (strcmp(s.state, "ready") != 0 || !s.nvms || !s.vms[0].ip) {
+		resp_error(r, 409, "not_ready", "the lab is %s, not ready: nothing to grade", s.state);
+		session_free(&s);
+		return H_DONE;
+	}
+	l = lessons_find(x->lessons, s.lesson);
+	if (!l) {
+		resp_error(r, 409, "unknown_lesson", "lesson \"%s\" is no longer offered", s.lesson);
+		session_free(&s);
+		return H_DONE;
+	}
+	cJSON *o = jx_obj();
+	cJSON *steps = jx_arr();
+	for (size_t i = 0; i < l->nsteps; i++) {
+		const struct grader_step *gs = &l->steps[i];
+		cJSON *res = NULL;
+		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
+		if (agent_run(&x->agent, s.vms[0].ip, x->cfg->agent_port, s.vms[0].token, gs->command,
+			      timeout, &res) < 0) {
+			log_warn("session %s: grading step %zu: %s", s.id, i + 1, x->agent.msg);
+			cJSON_Delete(o);
+			cJSON_Delete(steps);
+			resp_error(r, 502, "agent_unreachable",
+				   "the grading agent in your VM did not answer (%s)", x->agent.msg);
+			session_free(&s);
+			return H_DONE;
+		}
+		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
+		const cJSON *to = cJSON_GetObjectItemCaseSensitive(res, "timed_out");
+		int ok = cJSON_IsNumber(ec) && ec->valueint == 0 && !cJSON_IsTrue(to);
+		char *out = step_output(res);
+		cJSON *e = jx_obj();
+		jx_add_str(e, "name", gs->name);
+		jx_add_bool(e, "passed", ok);
+		jx_add_str(e, "output", out);
+		if (cJSON_IsNumber(ec))
+			jx_add_num(e, "exit_code", ec->valueint);
+		else
+			jx_add_null(e, "exit_code");
+		if (cJSON_IsTrue(to))
+			jx_add_bool(e, "timed_out", 1);
+		jx_push(steps, e);
+		passed += ok;
+		free(out);
+		cJSON_Delete(res);
+	}
+	jx_add_num(o, "passed", passed);
+	jx_add_num(o, "total", (double)l->nsteps);
+	jx_put(o, "steps", steps);
+	char *json = jx_print(o);
+	const char *p[2] = { s.id, json };
+	if (db_cmd(&x->db,
+		   "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp() "
+		   "WHERE id = $1::uuid",
+		   2, p) < 0)
+		log_warn("session %s: storing the grade failed: %s", s.id, x->db.msg);
+	cJSON_free(json);
+	log_info("session %s (%s, %s): graded %d/%zu", s.id, s.user, s.lesson, passed, l->nsteps);
+	session_free(&s);
+	resp_json(r, 200, o);
+	return H_DONE;
+}
+
+/* ------------------------------------------------------------ console */
+
+enum hres api_console_ticket(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	struct session s;
+	enum hres h;
+
+	if (load_own(r, &s, &h) < 0)
+		return h;
+	if (session_advance(x, &s) < 0) {
+		session_free(&s);
+		return api_db_error(r);
+	}
+	if (strcmp(s.state, "ready") != 0 || !s.nvms) {
+		resp_error(r, 409, "not_ready", "the lab is %s, not ready: no console yet", s.state);
+		session_free(&s);
+		return H_DONE;
+	}
+	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s.id, s.user, s.vms[0].name,
+			      util_epoch_s() + c->ticket_ttl_s);
+	if (!t) {
+		session_free(&s);
+		resp_error(r, 500, "internal_error", "could not sign a console ticket");
+		return H_DONE;
+	}
+	char *url = xasprintf("%s%s%s?ticket=%s", c->base_path, c->console_path, s.id, t);
+	cJSON *o = jx_obj();
+	jx_add_str(o, "ticket", t);
+	jx_add_str(o, "url", url);
+	jx_add_num(o, "expires_in", c->ticket_ttl_s);
+	memset(url, 0, strlen(url));
+	memset(t, 0, strlen(t));
+	free(url);
+	free(t);
+	session_free(&s);
+	resp_json(r, 200, o);
+	return H_DONE;
+}

@@ -1,0 +1,92 @@
+#include "cloudinit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "agent_py.h"
+#include "jsonx.h"
+#include "util.h"
+
+/* Start the agent as early as possible; it polls for its own file, since
+ * bootcmd runs before write_files. On systemd guests a transient unit
+ * without default dependencies (bootcmd runs inside cloud-init.service,
+ * ordered before sysinit.target: waiting would deadlock). */
+static const char agent_start[] =
+	"mkdir -p " GUEST_STATE_DIR "; "
+	"run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.1; done; exec python3 " GUEST_AGENT_PATH "'; "
+	"if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
+	"systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
+	"/bin/sh -c \"$run\"; "
+	"else nohup /bin/sh -c \"$run\" >/var/log/labvm-agent.log 2>&1 & fi";
+
+/* The autologin drop-in takes effect when the getty restarts (systemd guests). */
+static const char getty_restart[] =
+	"if [ -d /run/systemd/system ]; then systemctl daemon-reload; "
+	"systemctl restart --no-block serial-getty@ttyS0.service; fi";
+
+static const char run_setup[] =
+	"mkdir -p " GUEST_STATE_DIR "; : > " GUEST_STATE_DIR "/setup.started; "
+	"cd /root 2>/dev/null || cd /; "
+	"HOME=/root " GUEST_SETUP_PATH " >" GUEST_SETUP_LOG " 2>&1; "
+	"echo $? > " GUEST_STATE_DIR "/setup.rc";
+
+/* The last line: the ready flag, only after a successful setup. */
+static const char ready_flag[] =
+	"[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] && touch " GUEST_STATE_DIR "/ready";
+
+static const char autologin[] =
+	"[Service]\n"
+	"ExecStart=\n"
+	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 "
+	"--autologin root - $TERM\n";
+
+static cJSON *sh(const char *script)
+{
+	cJSON *a = jx_arr();
+	jx_push_str(a, "sh");
+	jx_push_str(a, "-c");
+	jx_push_str(a, script);
+	return a;
+}
+
+static void add_file(cJSON *files, const char *path, const char *content, const char *mode)
+{
+	cJSON *f = jx_obj();
+	jx_add_str(f, "path", path);
+	jx_add_str(f, "content", content);
+	jx_add_str(f, "permissions", mode);
+	jx_add_str(f, "owner", "root:root");
+	jx_push(files, f);
+}
+
+char *cloudinit_build(const struct lesson *l, const char *agent_token)
+{
+	cJSON *doc = jx_obj();
+	cJSON *files, *run;
+	char *setup, *json, *out;
+
+	jx_push(jx_add_arr(doc, "bootcmd"), sh(agent_start));
+	files = jx_add_arr(doc, "write_files");
+	add_file(files, GUEST_AGENT_PATH, agent_py, "0755");
+	add_file(files, GUEST_TOKEN_PATH, agent_token, "0600");
+	add_file(files, GUEST_AUTOLOGIN, autologin, "0644");
+	for (size_t i = 0; i < l->nfiles; i++)
+		add_file(files, l->files[i].path, l->files[i].content, l->files[i].mode);
+	if (l->setup && strncmp(l->setup, "#!", 2) == 0)
+		setup = xstrdup(l->setup);
+	else
+		setup = xasprintf("#!/bin/sh\n%s\n", l->setup ? l->setup : "# no setup\nexit 0");
+	add_file(files, GUEST_SETUP_PATH, setup, "0700");
+	run = jx_add_arr(doc, "runcmd");
+	jx_push(run, sh(getty_restart));
+	jx_push(run, sh(run_setup));
+	jx_push(run, sh(ready_flag)); /* the last line */
+	json = jx_print(doc);
+	out = xasprintf("#cloud-config\n%s\n", json);
+	cJSON_free(json);
+	free(setup);
+	cJSON_Delete(doc);
+	return out;
+}

@@ -1,0 +1,31 @@
+/* cloudinit.h - the cloud-init user-data of a lab VM.
+ *
+ * Always delivered through a Secret (KubeVirt refuses inline user-data over
+ * 2048 bytes; one path for every size). The document is "#cloud-config\n"
+ * followed by JSON (YAML is a superset of JSON), built with cJSON:
+ *
+ *   bootcmd:     start the guest agent early (systemd-run on systemd guests,
+ *                a background process otherwise); it waits for its file
+ *   write_files: the agent, its per-VM token (0600), the serial-console
+ *                root autologin drop-in, the lesson's files, the setup script
+ *   runcmd:      restart the serial getty (systemd guests), run the setup
+ *                (log for the agent, exit code recorded), and LAST create
+ *                the ready flag, only if setup exited 0
+ *
+ * Paths shared with the agent (fcgi-app/guest/agent.py). */
+#ifndef LABVM_CORE_CLOUDINIT_H
+#define LABVM_CORE_CLOUDINIT_H
+
+#include "lesson.h"
+
+#define GUEST_AGENT_PATH   "/opt/labvm/agent.py"
+#define GUEST_TOKEN_PATH   "/etc/labvm/agent-token"
+#define GUEST_SETUP_PATH   "/opt/labvm/setup.sh"
+#define GUEST_SETUP_LOG    "/var/log/labvm-setup.log"
+#define GUEST_STATE_DIR    "/var/lib/labvm"
+#define GUEST_AUTOLOGIN    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
+
+/* The user-data document (malloc'd), or NULL on allocation failure. */
+char *cloudinit_build(const struct lesson *l, const char *agent_token);
+
+#endif

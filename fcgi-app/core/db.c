@@ -1,0 +1,116 @@
+#include "db.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+void db_init(struct db *d, const char *conninfo)
+{
+	memset(d, 0, sizeof *d);
+	d->conninfo = conninfo;
+}
+
+void db_close(struct db *d)
+{
+	if (d->conn)
+		PQfinish(d->conn);
+	d->conn = NULL;
+}
+
+void db_reset_timer(struct db *d)
+{
+	d->ms = 0;
+}
+
+static void set_msg(struct db *d, const char *what, const char *m)
+{
+	snprintf(d->msg, sizeof d->msg, "%s: %s", what, m && *m ? m : "unknown error");
+	util_rstrip(d->msg);
+}
+
+static int setup_session(struct db *d)
+{
+	PGresult *r = PQexec(d->conn, "SET TIME ZONE 'UTC'; SET application_name = 'labvm'");
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	if (!ok)
+		set_msg(d, "database setup", PQresultErrorMessage(r));
+	PQclear(r);
+	return ok ? 0 : -1;
+}
+
+int db_ensure(struct db *d)
+{
+	if (d->conn && PQstatus(d->conn) == CONNECTION_OK && !d->broken)
+		return 0;
+	if (d->conn)
+		PQreset(d->conn);
+	else
+		d->conn = PQconnectdb(d->conninfo);
+	if (!d->conn) {
+		set_msg(d, "database", "out of memory");
+		return -1;
+	}
+	if (PQstatus(d->conn) != CONNECTION_OK) {
+		set_msg(d, "database unreachable", PQerrorMessage(d->conn));
+		d->broken = 1;
+		return -1;
+	}
+	d->broken = 0;
+	return setup_session(d);
+}
+
+PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *params)
+{
+	double t0 = util_mono_s();
+	PGresult *r;
+	ExecStatusType st;
+
+	if (db_ensure(d) < 0)
+		return NULL;
+	r = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
+	d->ms += (util_mono_s() - t0) * 1000.0;
+	st = PQresultStatus(r);
+	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
+		return r;
+	set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+	if (PQstatus(d->conn) != CONNECTION_OK)
+		d->broken = 1;
+	log_debug("sql failed: %s", d->msg);
+	PQclear(r);
+	return NULL;
+}
+
+int db_cmd(struct db *d, const char *sql, int n, const char *const *params)
+{
+	PGresult *r = db_exec(d, sql, n, params);
+	PQclear(r);
+	return r ? 0 : -1;
+}
+
+int db_begin(struct db *d)
+{
+	return db_cmd(d, "BEGIN", 0, NULL);
+}
+
+int db_commit(struct db *d)
+{
+	return db_cmd(d, "COMMIT", 0, NULL);
+}
+
+void db_rollback(struct db *d)
+{
+	if (d->conn && PQstatus(d->conn) == CONNECTION_OK &&
+	    PQtransactionStatus(d->conn) != PQTRANS_IDLE) {
+		PGresult *r = PQexec(d->conn, "ROLLBACK");
+		PQclear(r);
+	}
+}
+
+const char *db_val(const PGresult *res, int r, int c)
+{
+	if (PQgetisnull(res, r, c))
+		return NULL;
+	return PQgetvalue(res, r, c);
+}

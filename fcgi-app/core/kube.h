@@ -1,0 +1,59 @@
+/* kube.h - a small Kubernetes API client over libcurl: one keep-alive
+ * handle per thread, bearer token from the service-account file (re-read
+ * when it rotates), TLS verified against the cluster CA, cJSON bodies.
+ *
+ * Not thread-safe: one struct kube per worker thread. */
+#ifndef LABVM_CORE_KUBE_H
+#define LABVM_CORE_KUBE_H
+
+#include <curl/curl.h>
+#include <cjson/cJSON.h>
+
+#include "config.h"
+#include "util.h"
+
+struct kube {
+	const struct cfg *cfg;
+	CURL *h;
+	struct curl_slist *hdrs;      /* Accept + Authorization (secret) */
+	char *token;                  /* secret */
+	double token_read_at;         /* monotonic seconds */
+	struct buf body;              /* last response body */
+	char err[CURL_ERROR_SIZE];
+	char msg[512];                /* last error, fit for logs and answers (no secrets) */
+	double ms;                    /* time spent in API calls since kube_reset_timer */
+	unsigned calls;
+};
+
+/* 0 ok, -1 failure (message in k->msg). */
+int kube_init(struct kube *k, const struct cfg *c);
+void kube_cleanup(struct kube *k);
+void kube_reset_timer(struct kube *k);
+
+/* One API call. method "GET", "POST", "PATCH", "DELETE", "PUT"; path starts
+ * with "/"; body may be NULL; content_type NULL means application/json.
+ * Returns the HTTP status, or 0 when the API could not be reached (k->msg).
+ * *out (if out != NULL) gets the parsed JSON body (caller cJSON_Delete()s),
+ * or NULL. On statuses >= 400, k->msg carries the Status message. */
+long kube_call(struct kube *k, const char *method, const char *path, const cJSON *body,
+	       const char *content_type, cJSON **out);
+
+/* Convenience wrappers. */
+long kube_get(struct kube *k, const char *path, cJSON **out);
+/* List with a label selector (may be NULL); path of the collection. */
+long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
+long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
+long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
+/* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:
+ * returns 1 when deleted or already gone, 0 otherwise (k->msg). */
+int kube_delete(struct kube *k, const char *path, const char *propagation);
+
+/* Collection and object paths (malloc'd). kind: "secrets", "persistentvolumeclaims",
+ * "pods", "virtualmachines", "virtualmachineinstances", "datavolumes". name may be NULL. */
+char *kube_path(const char *kind, const char *ns, const char *name);
+
+/* JSON accessors over parsed objects (borrowed strings; NULL when absent). */
+const char *kj_str(const cJSON *o, const char *dotted_path);
+const cJSON *kj_get(const cJSON *o, const char *dotted_path);
+
+#endif

@@ -1,0 +1,29 @@
+#include "lab.h"
+
+#include <string.h>
+
+#include "log.h"
+
+int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls)
+{
+	memset(x, 0, sizeof *x);
+	x->cfg = c;
+	x->lessons = ls;
+	db_init(&x->db, c->database);
+	if (kube_init(&x->kube, c) < 0) {
+		log_err("cluster client: %s", x->kube.msg);
+		return -1;
+	}
+	if (agent_init(&x->agent) < 0) {
+		log_err("agent client: cannot initialise libcurl");
+		return -1;
+	}
+	return 0;
+}
+
+void labctx_cleanup(struct labctx *x)
+{
+	db_close(&x->db);
+	kube_cleanup(&x->kube);
+	agent_cleanup(&x->agent);
+}

@@ -1,0 +1,24 @@
+/* lab.h - the per-worker context every labvm operation runs in: the
+ * configuration and lessons (shared, read-only) plus this thread's own
+ * database connection, cluster client and agent client. */
+#ifndef LABVM_CORE_LAB_H
+#define LABVM_CORE_LAB_H
+
+#include "agent.h"
+#include "config.h"
+#include "db.h"
+#include "kube.h"
+#include "lesson.h"
+
+struct labctx {
+	const struct cfg *cfg;
+	const struct lessons *lessons;
+	struct db db;
+	struct kube kube;
+	struct agent agent;
+};
+
+int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls);
+void labctx_cleanup(struct labctx *x);
+
+#endif

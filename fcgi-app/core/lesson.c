@@ -1,0 +1,298 @@
+#include "lesson.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "util.h"
+
+#define LESSON_MAX_BYTES (1u << 20)
+
+const char *lesson_runtime_str(enum lesson_runtime r)
+{
+	return r == RUNTIME_POD ? "pod" : "vm";
+}
+
+const char *lesson_disk_str(enum lesson_disk d)
+{
+	switch (d) {
+	case DISK_GOLDEN:
+		return "golden";
+	case DISK_DATAVOLUME:
+		return "datavolume";
+	case DISK_CONTAINERDISK:
+		break;
+	}
+	return "containerdisk";
+}
+
+static int get_str(const cJSON *o, const char *key, int required, char **dst, char *err,
+		   size_t errlen)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!v || cJSON_IsNull(v)) {
+		if (required) {
+			snprintf(err, errlen, "\"%s\" is required", key);
+			return -1;
+		}
+		*dst = NULL;
+		return 0;
+	}
+	if (!cJSON_IsString(v)) {
+		snprintf(err, errlen, "\"%s\" must be a string", key);
+		return -1;
+	}
+	*dst = xstrdup(v->valuestring);
+	return 0;
+}
+
+static int get_int(const cJSON *o, const char *key, int def, int min, int max, int *dst,
+		   char *err, size_t errlen)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!v || cJSON_IsNull(v)) {
+		*dst = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
+	    v->valueint < min || v->valueint > max) {
+		snprintf(err, errlen, "\"%s\" must be an integer in %d..%d", key, min, max);
+		return -1;
+	}
+	*dst = v->valueint;
+	return 0;
+}
+
+static int match(const char *re, const char *s)
+{
+	regex_t r;
+	int ok;
+	if (regcomp(&r, re, REG_EXTENDED | REG_NOSUB) != 0)
+		return 0;
+	ok = regexec(&r, s, 0, NULL, 0) == 0;
+	regfree(&r);
+	return ok;
+}
+
+int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
+{
+	cJSON *o = cJSON_ParseWithLength(json, len);
+	char *s = NULL;
+	const cJSON *a, *it;
+
+	memset(l, 0, sizeof *l);
+	if (!cJSON_IsObject(o)) {
+		snprintf(err, errlen, "not a JSON object");
+		goto fail;
+	}
+	if (get_str(o, "id", 1, &l->id, err, errlen) < 0 ||
+	    get_str(o, "title", 1, &l->title, err, errlen) < 0 ||
+	    get_str(o, "description", 0, &l->description, err, errlen) < 0 ||
+	    get_int(o, "minutes", 60, 1, 24 * 60, &l->minutes, err, errlen) < 0 ||
+	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0)
+		goto fail;
+	if (!*l->id || !util_label_value_ok(l->id)) {
+		snprintf(err, errlen, "\"id\" must be a label value ([A-Za-z0-9._-], at most 63)");
+		goto fail;
+	}
+	if (get_str(o, "runtime", 1, &s, err, errlen) < 0)
+		goto fail;
+	if (strcmp(s, "vm") == 0) {
+		l->runtime = RUNTIME_VM;
+	} else if (strcmp(s, "pod") == 0) {
+		l->runtime = RUNTIME_POD;
+	} else {
+		snprintf(err, errlen, "\"runtime\" must be \"vm\" or \"pod\"");
+		goto fail;
+	}
+	free(s);
+	s = NULL;
+	if (get_str(o, "image", 1, &l->image, err, errlen) < 0 ||
+	    get_str(o, "memory", 0, &l->memory, err, errlen) < 0 ||
+	    get_str(o, "golden_pvc", 0, &l->golden_pvc, err, errlen) < 0 ||
+	    get_str(o, "disk_size", 0, &l->disk_size, err, errlen) < 0 ||
+	    get_int(o, "cpus", 1, 1, 64, &l->cpus, err, errlen) < 0 ||
+	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) < 0 ||
+	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0)
+		goto fail;
+	if (!l->memory)
+		l->memory = xstrdup("1Gi");
+	if (!match("^[1-9][0-9]*(Mi|Gi|Ti)$", l->memory)) {
+		snprintf(err, errlen, "\"memory\" must be a quantity like 512Mi or 2Gi");
+		goto fail;
+	}
+	if (get_str(o, "disk", 0, &s, err, errlen) < 0)
+		goto fail;
+	if (!s || strcmp(s, "containerdisk") == 0) {
+		l->disk = DISK_CONTAINERDISK;
+	} else if (strcmp(s, "golden") == 0) {
+		l->disk = DISK_GOLDEN;
+		if (!l->golden_pvc || !util_dns_label_ok(l->golden_pvc)) {
+			snprintf(err, errlen, "disk \"golden\" needs \"golden_pvc\", a PVC name");
+			goto fail;
+		}
+	} else if (strcmp(s, "datavolume") == 0) {
+		l->disk = DISK_DATAVOLUME;
+		if (!l->disk_size)
+			l->disk_size = xstrdup("10Gi");
+		if (!match("^[1-9][0-9]*(Mi|Gi|Ti)$", l->disk_size)) {
+			snprintf(err, errlen, "\"disk_size\" must be a quantity like 10Gi");
+			goto fail;
+		}
+	} else {
+		snprintf(err, errlen, "\"disk\" must be \"golden\", \"containerdisk\" or \"datavolume\"");
+		goto fail;
+	}
+	free(s);
+	s = NULL;
+
+	a = cJSON_GetObjectItemCaseSensitive(o, "files");
+	if (a && !cJSON_IsArray(a)) {
+		snprintf(err, errlen, "\"files\" must be an array");
+		goto fail;
+	}
+	l->files = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->files);
+	cJSON_ArrayForEach(it, a)
+	{
+		struct lesson_file *f = &l->files[l->nfiles++];
+		if (!cJSON_IsObject(it) || get_str(it, "path", 1, &f->path, err, errlen) < 0 ||
+		    get_str(it, "content", 1, &f->content, err, errlen) < 0 ||
+		    get_str(it, "mode", 0, &f->mode, err, errlen) < 0) {
+			if (!cJSON_IsObject(it))
+				snprintf(err, errlen, "\"files\" items must be objects");
+			goto fail;
+		}
+		if (f->path[0] != '/' || strstr(f->path, "/../") || strlen(f->path) > 1024) {
+			snprintf(err, errlen, "file path \"%s\" must be absolute", f->path);
+			goto fail;
+		}
+		if (!f->mode)
+			f->mode = xstrdup("0644");
+		if (!match("^0?[0-7]{3}$", f->mode)) {
+			snprintf(err, errlen, "file mode \"%s\" must be octal like 0644", f->mode);
+			goto fail;
+		}
+	}
+
+	a = cJSON_GetObjectItemCaseSensitive(o, "grader");
+	if (a && !cJSON_IsArray(a)) {
+		snprintf(err, errlen, "\"grader\" must be an array");
+		goto fail;
+	}
+	l->steps = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->steps);
+	cJSON_ArrayForEach(it, a)
+	{
+		struct grader_step *st = &l->steps[l->nsteps++];
+		if (!cJSON_IsObject(it) || get_str(it, "name", 1, &st->name, err, errlen) < 0 ||
+		    get_str(it, "command", 1, &st->command, err, errlen) < 0 ||
+		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0) {
+			if (!cJSON_IsObject(it))
+				snprintf(err, errlen, "\"grader\" items must be objects");
+			goto fail;
+		}
+	}
+	cJSON_Delete(o);
+	return 0;
+fail:
+	free(s);
+	cJSON_Delete(o);
+	lesson_free(l);
+	return -1;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int is_json(const struct dirent *d)
+{
+	size_t n = strlen(d->d_name);
+	return d->d_name[0] != '.' && n > 5 && strcmp(d->d_name + n - 5, ".json") == 0;
+}
+
+int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen)
+{
+	struct dirent **names;
+	int n = scandir(dir, &names, is_json, by_name);
+	int rc = 0;
+
+	memset(out, 0, sizeof *out);
+	if (n < 0) {
+		snprintf(err, errlen, "lessons_dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	out->v = xcalloc((size_t)n + 1, sizeof *out->v);
+	for (int i = 0; i < n; i++) {
+		char *path = xasprintf("%s/%s", dir, names[i]->d_name);
+		size_t len;
+		char *text = rc ? NULL : util_read_file(path, LESSON_MAX_BYTES, &len);
+		char sub[512];
+		if (!rc && !text) {
+			snprintf(err, errlen, "%s: %s", path, strerror(errno));
+			rc = -1;
+		} else if (!rc && lesson_parse(text, len, &out->v[out->n], sub, sizeof sub) < 0) {
+			snprintf(err, errlen, "%s: %s", path, sub);
+			rc = -1;
+		} else if (!rc && lessons_find(out, out->v[out->n].id)) {
+			snprintf(err, errlen, "%s: lesson id \"%s\" is used twice", path,
+				 out->v[out->n].id);
+			lesson_free(&out->v[out->n]);
+			rc = -1;
+		} else if (!rc) {
+			out->n++;
+		}
+		free(text);
+		free(path);
+		free(names[i]);
+	}
+	free(names);
+	if (rc)
+		lessons_free(out);
+	return rc;
+}
+
+const struct lesson *lessons_find(const struct lessons *ls, const char *id)
+{
+	for (size_t i = 0; i < ls->n; i++)
+		if (strcmp(ls->v[i].id, id) == 0)
+			return &ls->v[i];
+	return NULL;
+}
+
+void lesson_free(struct lesson *l)
+{
+	for (size_t i = 0; i < l->nfiles; i++) {
+		free(l->files[i].path);
+		free(l->files[i].content);
+		free(l->files[i].mode);
+	}
+	for (size_t i = 0; i < l->nsteps; i++) {
+		free(l->steps[i].name);
+		free(l->steps[i].command);
+	}
+	free(l->files);
+	free(l->steps);
+	free(l->id);
+	free(l->title);
+	free(l->description);
+	free(l->image);
+	free(l->golden_pvc);
+	free(l->disk_size);
+	free(l->memory);
+	free(l->setup);
+	memset(l, 0, sizeof *l);
+}
+
+void lessons_free(struct lessons *ls)
+{
+	for (size_t i = 0; i < ls->n; i++)
+		lesson_free(&ls->v[i]);
+	free(ls->v);
+	memset(ls, 0, sizeof *ls);
+}

@@ -1,0 +1,60 @@
+/* lesson.h - lessons: JSON files in lessons_dir, loaded and validated once
+ * at start (a bad lesson file stops the program with a clear message). */
+#ifndef LABVM_CORE_LESSON_H
+#define LABVM_CORE_LESSON_H
+
+#include <stddef.h>
+
+enum lesson_runtime { RUNTIME_VM, RUNTIME_POD };
+enum lesson_disk { DISK_CONTAINERDISK, DISK_GOLDEN, DISK_DATAVOLUME };
+
+struct lesson_file {
+	char *path;     /* absolute path in the guest */
+	char *content;
+	char *mode;     /* octal string, e.g. "0644" */
+};
+
+struct grader_step {
+	char *name;
+	char *command;  /* run with /bin/sh -c by the guest agent */
+	int timeout_s;  /* 0 = the configured default */
+};
+
+struct lesson {
+	char *id;
+	char *title;
+	char *description;
+	enum lesson_runtime runtime;
+	int minutes;
+	char *image;            /* containerDisk image */
+	enum lesson_disk disk;
+	char *golden_pvc;       /* disk golden */
+	char *disk_size;        /* disk datavolume, e.g. "10Gi" */
+	char *memory;           /* e.g. "1Gi" */
+	int cpus;
+	int running_timeout_s;  /* default 150 */
+	int ready_timeout_s;    /* default 300 */
+	struct lesson_file *files;
+	size_t nfiles;
+	char *setup;            /* shell script; NULL = nothing to set up */
+	struct grader_step *steps;
+	size_t nsteps;
+};
+
+struct lessons {
+	struct lesson *v;
+	size_t n;
+};
+
+/* Load every *.json in dir (sorted by file name). -1 with err on the first bad file. */
+int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen);
+/* Parse one lesson from JSON text (used by lessons_load and the tests). */
+int lesson_parse(const char *json, size_t len, struct lesson *out, char *err, size_t errlen);
+const struct lesson *lessons_find(const struct lessons *ls, const char *id);
+void lesson_free(struct lesson *l);
+void lessons_free(struct lessons *ls);
+
+const char *lesson_runtime_str(enum lesson_runtime r);
+const char *lesson_disk_str(enum lesson_disk d);
+
+#endif

@@ -1,0 +1,404 @@
+#include "session.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonx.h"
+#include "log.h"
+#include "util.h"
+
+#define SESSION_COLS                                                                              \
+	"id::text, user_name, lesson, runtime, environment, state, stage, disk_source, "          \
+	"disk_fallback_reason, labvm_ts(created_at), labvm_ts(submitted_at), "                  \
+	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "   \
+	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "           \
+	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "   \
+	"extract(epoch from expires_at), extract(epoch from clock_timestamp())"
+
+static char *dup_or_null(const PGresult *r, int c)
+{
+	const char *v = db_val(r, 0, c);
+	return v ? xstrdup(v) : NULL;
+}
+
+static double num(const PGresult *r, int c)
+{
+	const char *v = db_val(r, 0, c);
+	return v ? strtod(v, NULL) : 0;
+}
+
+static int load_vms(struct labctx *x, struct session *s)
+{
+	const char *p[1] = { s->id };
+	PGresult *r = db_exec(&x->db,
+			      "SELECT vm_name, secret_name, agent_token, ip, deleted_at IS NOT NULL "
+			      "FROM session_vms WHERE session_id = $1::uuid ORDER BY created_at, vm_name",
+			      1, p);
+	if (!r)
+		return -1;
+	s->nvms = (size_t)PQntuples(r);
+	s->vms = xcalloc(s->nvms + 1, sizeof *s->vms);
+	for (int i = 0; i < PQntuples(r); i++) {
+		struct session_vm *v = &s->vms[i];
+		const char *ip = db_val(r, i, 3);
+		v->name = xstrdup(PQgetvalue(r, i, 0));
+		v->secret = xstrdup(PQgetvalue(r, i, 1));
+		v->token = xstrdup(PQgetvalue(r, i, 2));
+		v->ip = ip ? xstrdup(ip) : NULL;
+		v->deleted = PQgetvalue(r, i, 4)[0] == 't';
+	}
+	PQclear(r);
+	return 0;
+}
+
+static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
+		      struct session *s)
+{
+	char *sql = xasprintf("SELECT " SESSION_COLS " FROM sessions WHERE %s", where);
+	PGresult *r = db_exec(&x->db, sql, n, p);
+	free(sql);
+	memset(s, 0, sizeof *s);
+	if (!r)
+		return SESSION_DBERR;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return SESSION_NONE;
+	}
+	char **str[] = { &s->id,           &s->user,         &s->lesson,     &s->runtime,
+			 &s->environment,  &s->state,        &s->stage,      &s->disk_source,
+			 &s->fallback_reason, &s->created_at, &s->submitted_at, &s->running_at,
+			 &s->ready_at,     &s->ended_at,     &s->expires_at, &s->end_reason,
+			 &s->error,        &s->last_grade,   &s->graded_at };
+	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
+		*str[i] = dup_or_null(r, i);
+	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
+	s->ready_timeout_s = atoi(PQgetvalue(r, 0, 20));
+	s->t_submitted = num(r, 21);
+	s->t_running = num(r, 22);
+	s->t_expires = num(r, 23);
+	s->t_now = num(r, 24);
+	PQclear(r);
+	if (load_vms(x, s) < 0) {
+		session_free(s);
+		return SESSION_DBERR;
+	}
+	return SESSION_FOUND;
+}
+
+int session_load(struct labctx *x, const char *id, struct session *s)
+{
+	const char *p[2] = { id, x->cfg->environment };
+	if (!util_uuid_valid(id)) {
+		memset(s, 0, sizeof *s);
+		return SESSION_NONE;
+	}
+	return load_where(x, "id = $1::uuid AND environment = $2", 2, p, s);
+}
+
+int session_load_active(struct labctx *x, const char *user, struct session *s)
+{
+	const char *p[2] = { x->cfg->environment, user };
+	return load_where(x,
+			  "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')",
+			  2, p, s);
+}
+
+static int reload(struct labctx *x, struct session *s)
+{
+	char *id = xstrdup(s->id);
+	session_free(s);
+	int rc = session_load(x, id, s);
+	free(id);
+	return rc == SESSION_FOUND ? 0 : -1;
+}
+
+void session_free(struct session *s)
+{
+	char *str[] = { s->id,           s->user,         s->lesson,     s->runtime,
+			s->environment,  s->state,        s->stage,      s->disk_source,
+			s->fallback_reason, s->created_at, s->submitted_at, s->running_at,
+			s->ready_at,     s->ended_at,     s->expires_at, s->end_reason,
+			s->error,        s->last_grade,   s->graded_at };
+	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
+		free(str[i]);
+	for (size_t i = 0; i < s->nvms; i++) {
+		free(s->vms[i].name);
+		free(s->vms[i].secret);
+		if (s->vms[i].token) {
+			memset(s->vms[i].token, 0, strlen(s->vms[i].token));
+			free(s->vms[i].token);
+		}
+		free(s->vms[i].ip);
+	}
+	free(s->vms);
+	memset(s, 0, sizeof *s);
+}
+
+int session_active(const struct session *s)
+{
+	return s->state && (strcmp(s->state, "starting") == 0 || strcmp(s->state, "ready") == 0);
+}
+
+cJSON *session_json(const struct session *s)
+{
+	cJSON *o = jx_obj(), *disk, *vms;
+	jx_add_str(o, "id", s->id);
+	jx_add_str(o, "lesson", s->lesson);
+	jx_add_str(o, "runtime", s->runtime);
+	jx_add_str(o, "state", s->state);
+	jx_add_str(o, "stage", s->stage);
+	disk = jx_add_obj(o, "disk");
+	jx_add_str(disk, "source", s->disk_source);
+	jx_add_str(disk, "fallback_reason", s->fallback_reason);
+	vms = jx_add_arr(o, "vms");
+	for (size_t i = 0; i < s->nvms; i++) {
+		cJSON *v = jx_obj();
+		jx_add_str(v, "name", s->vms[i].name);
+		jx_push(vms, v);
+	}
+	jx_add_str(o, "created_at", s->created_at);
+	jx_add_str(o, "submitted_at", s->submitted_at);
+	jx_add_str(o, "running_at", s->running_at);
+	jx_add_str(o, "ready_at", s->ready_at);
+	jx_add_str(o, "ended_at", s->ended_at);
+	jx_add_str(o, "expires_at", s->expires_at);
+	jx_add_str(o, "end_reason", s->end_reason);
+	jx_add_str(o, "error", s->error);
+	if (session_active(s) && s->t_expires > s->t_now)
+		jx_add_num(o, "remaining_s", (double)(long)(s->t_expires - s->t_now));
+	cJSON *g = s->last_grade ? cJSON_Parse(s->last_grade) : NULL;
+	if (g) {
+		jx_add_str(g, "graded_at", s->graded_at);
+		jx_put(o, "last_grade", g);
+	} else {
+		jx_add_null(o, "last_grade");
+	}
+	return o;
+}
+
+int session_delete_objects(struct labctx *x, struct session *s)
+{
+	const struct cfg *c = x->cfg;
+	int pod = s->runtime && strcmp(s->runtime, "pod") == 0;
+	int failed = 0;
+
+	for (size_t i = 0; i < s->nvms; i++) {
+		struct session_vm *v = &s->vms[i];
+		if (v->deleted)
+			continue;
+		/* the runtime says what kind of object holds the lab */
+		char *p1 = kube_path(pod ? "pods" : "virtualmachines", c->namespace_, v->name);
+		char *p2 = kube_path("secrets", c->namespace_, v->secret);
+		int ok1 = kube_delete(&x->kube, p1, "Background");
+		if (!ok1)
+			log_warn("session %s: deleting %s %s failed: %s", s->id, pod ? "pod" : "VM",
+				 v->name, x->kube.msg);
+		/* the Secret is owned by the VM, and still deleted explicitly */
+		int ok2 = kube_delete(&x->kube, p2, "Background");
+		if (!ok2)
+			log_warn("session %s: deleting Secret %s failed: %s", s->id, v->secret,
+				 x->kube.msg);
+		free(p1);
+		free(p2);
+		if (ok1 && ok2) {
+			const char *p[2] = { s->id, v->name };
+			v->deleted = 1;
+			db_cmd(&x->db,
+			       "UPDATE session_vms SET deleted_at = clock_timestamp() "
+			       "WHERE session_id = $1::uuid AND vm_name = $2 AND deleted_at IS NULL",
+			       2, p);
+			log_info("session %s: deleted %s %s and Secret %s", s->id, pod ? "pod" : "VM",
+				 v->name, v->secret);
+		} else {
+			failed += !ok1 + !ok2;
+		}
+	}
+	return failed;
+}
+
+int session_finish(struct labctx *x, struct session *s, const char *state, const char *end_reason,
+		   const char *error)
+{
+	const char *p[4] = { s->id, state, end_reason, error };
+	PGresult *r = db_exec(&x->db,
+			      "UPDATE sessions SET state = $2, end_reason = $3, "
+			      "error = COALESCE($4, error), ended_at = clock_timestamp() "
+			      "WHERE id = $1::uuid AND state IN ('starting', 'ready') RETURNING 1",
+			      4, p);
+	if (!r)
+		return -1;
+	if (PQntuples(r) > 0)
+		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, state,
+			 end_reason, error ? ": " : "", error ? error : "");
+	PQclear(r);
+	session_delete_objects(x, s);
+	return reload(x, s);
+}
+
+static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
+{
+	va_list ap;
+	char msg[1024];
+	int n = snprintf(msg, sizeof msg, "%s: ", s->stage);
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+	va_end(ap);
+	return session_finish(x, s, "failed", "failed", msg);
+}
+
+static void set_stage(struct labctx *x, struct session *s, const char *stage)
+{
+	const char *p[2] = { s->id, stage };
+	if (strcmp(s->stage, stage) == 0)
+		return;
+	db_cmd(&x->db,
+	       "UPDATE sessions SET stage = $2 "
+	       "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+	       2, p);
+	free(s->stage);
+	s->stage = xstrdup(stage);
+}
+
+/* Why a VM is not running, for the error message: VM printableStatus. */
+static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
+{
+	char *path = kube_path("virtualmachines", x->cfg->namespace_, vm);
+	cJSON *o = NULL;
+	long code = kube_get(&x->kube, path, &o);
+	const char *ps = kj_str(o, "status.printableStatus");
+	snprintf(out, n, "%s", code == 200 && ps ? ps : "unknown");
+	cJSON_Delete(o);
+	free(path);
+}
+
+static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm)
+{
+	char *path = kube_path("virtualmachineinstances", x->cfg->namespace_, vm->name);
+	cJSON *vmi = NULL;
+	long code = kube_get(&x->kube, path, &vmi);
+	const char *phase = code == 200 ? kj_str(vmi, "status.phase") : NULL;
+	int rc = 0;
+
+	free(path);
+	if (phase && strcmp(phase, "Running") == 0) {
+		const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
+		const char *p[3] = { s->id, ip, vm->name };
+		if (db_cmd(&x->db,
+			   "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
+			   "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+			   1, p) < 0 ||
+		    (ip && db_cmd(&x->db,
+				  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
+				  "AND vm_name = $3",
+				  3, p) < 0))
+			rc = -1;
+		else
+			rc = reload(x, s);
+	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+		rc = fail(x, s, "the VM stopped before the lab was ready (VMI phase %s)", phase);
+	} else {
+		if (code == 404 || (phase && strcmp(phase, "Scheduled") != 0) ||
+		    (code == 200 && !phase))
+			set_stage(x, s, "scheduling");
+		else if (phase)
+			set_stage(x, s, "booting");
+		/* else the cluster did not answer: keep the stage, the deadline still counts */
+		if (s->t_submitted > 0 && s->t_now > s->t_submitted + s->running_timeout_s) {
+			char st[128];
+			vm_status(x, vm->name, st, sizeof st);
+			rc = fail(x, s,
+				  "the VM was not running within %d s (VMI phase %s, VM status %s)",
+				  s->running_timeout_s, phase ? phase : "none", st);
+		}
+	}
+	cJSON_Delete(vmi);
+	return rc;
+}
+
+static const char *detail_str(const cJSON *d, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, key);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int advance_ready(struct labctx *x, struct session *s, struct session_vm *vm)
+{
+	const struct cfg *c = x->cfg;
+	cJSON *detail = NULL;
+	enum agent_ready r = AGENT_UNREACHABLE;
+	int rc = 0;
+
+	if (!vm->ip) {
+		/* Running was seen before the VMI reported its address: ask again */
+		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
+		cJSON *vmi = NULL;
+		if (kube_get(&x->kube, path, &vmi) == 200) {
+			const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
+			if (ip) {
+				const char *p[3] = { s->id, ip, vm->name };
+				db_cmd(&x->db,
+				       "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
+				       "AND vm_name = $3",
+				       3, p);
+				vm->ip = xstrdup(ip);
+			}
+		}
+		cJSON_Delete(vmi);
+		free(path);
+	}
+	if (vm->ip)
+		r = agent_ready(&x->agent, vm->ip, c->agent_port, vm->token,
+				c->agent_ready_timeout_ms, &detail);
+	if (r == AGENT_READY) {
+		const char *p[1] = { s->id };
+		rc = db_cmd(&x->db,
+			    "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
+			    "stage = 'ready', "
+			    /* the lesson's minutes count from the moment the lab is usable */
+			    "expires_at = clock_timestamp() + (expires_at - created_at) "
+			    "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+			    1, p);
+		if (rc == 0)
+			rc = reload(x, s);
+		goto out;
+	}
+	const char *st = detail_str(detail, "state");
+	const char *tail = detail_str(detail, "log_tail");
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(detail, "exit_code");
+	if (st && strcmp(st, "setup_failed") == 0) {
+		/* the guest says so: no point in waiting for the deadline */
+		rc = fail(x, s, "the lab setup failed with exit code %d%s%s",
+			  cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
+			  tail ? tail : "");
+	} else if (s->t_now > s->t_running + s->ready_timeout_s) {
+		rc = fail(x, s, "the lab was not ready %d s after the VM started (agent: %s)%s%s",
+			  s->ready_timeout_s,
+			  st ? st : (vm->ip ? x->agent.msg : "no address yet"),
+			  tail && *tail ? ": " : "", tail ? tail : "");
+	}
+out:
+	cJSON_Delete(detail);
+	return rc;
+}
+
+int session_advance(struct labctx *x, struct session *s)
+{
+	if (!session_active(s))
+		return 0;
+	if (s->t_expires > 0 && s->t_now >= s->t_expires)
+		return session_finish(x, s, "ended", "expired", NULL);
+	if (strcmp(s->state, "starting") != 0)
+		return 0;
+	if (s->nvms == 0)
+		return fail(x, s, "the session has no VM");
+	if (!s->running_at && advance_running(x, s, &s->vms[0]) < 0)
+		return -1;
+	if (s->state && strcmp(s->state, "starting") == 0 && s->running_at && !s->ready_at)
+		return advance_ready(x, s, &s->vms[0]);
+	return 0;
+}

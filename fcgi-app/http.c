@@ -1,0 +1,178 @@
+#include "http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jsonx.h"
+#include "log.h"
+
+static const char *status_text(int s)
+{
+	switch (s) {
+	case 200: return "OK";
+	case 201: return "Created";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 413: return "Payload Too Large";
+	case 415: return "Unsupported Media Type";
+	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	}
+	return "Unknown";
+}
+
+static char *param_dup(FCGX_Request *fr, const char *name)
+{
+	const char *v = FCGX_GetParam(name, fr->envp);
+	return v ? xstrdup(v) : NULL;
+}
+
+void req_init(struct req *r, FCGX_Request *fr, struct labctx *x)
+{
+	struct timespec ts;
+	const char *base = x->cfg->base_path;
+	char *uri, *q;
+
+	memset(r, 0, sizeof *r);
+	r->fr = fr;
+	r->x = x;
+	r->t0 = util_mono_s();
+	clock_gettime(CLOCK_REALTIME, &ts);
+	r->t_wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	r->method = param_dup(fr, "REQUEST_METHOD");
+	if (!r->method)
+		r->method = xstrdup("GET");
+	r->content_type = param_dup(fr, "CONTENT_TYPE");
+	r->user = param_dup(fr, "REMOTE_USER");
+	if (r->user && !*r->user) {
+		free(r->user);
+		r->user = NULL;
+	}
+	const char *cl = FCGX_GetParam("CONTENT_LENGTH", fr->envp);
+	r->content_length = -1;
+	if (cl && *cl) {
+		char *end;
+		errno = 0;
+		long n = strtol(cl, &end, 10);
+		r->content_length = (errno || *end || n < 0) ? -2 : n;
+	}
+	/* route on REQUEST_URI: it is the same under lighttpd and Apache, whatever
+	 * SCRIPT_NAME/PATH_INFO split the server chose */
+	uri = param_dup(fr, "REQUEST_URI");
+	if (!uri) {
+		const char *sn = FCGX_GetParam("SCRIPT_NAME", fr->envp);
+		const char *pi = FCGX_GetParam("PATH_INFO", fr->envp);
+		uri = xasprintf("%s%s", sn ? sn : "", pi ? pi : "");
+	}
+	q = strchr(uri, '?');
+	if (q)
+		*q = '\0';
+	if (*base && strncmp(uri, base, strlen(base)) == 0)
+		r->path = xstrdup(uri + strlen(base));
+	else
+		r->path = xstrdup(uri);
+	free(uri);
+	r->route = "-";
+}
+
+void req_reset(struct req *r)
+{
+	free(r->method);
+	free(r->path);
+	free(r->content_type);
+	free(r->user);
+	free(r->body);
+	free(r->param_buf);
+	cJSON_Delete(r->json);
+	buf_free(&r->headers);
+	memset(r, 0, sizeof *r);
+}
+
+int req_read_body(struct req *r)
+{
+	if (r->content_length == -2) {
+		resp_error(r, 400, "bad_request", "invalid Content-Length");
+		return -1;
+	}
+	if (r->content_length > BODY_MAX) {
+		resp_error(r, 413, "too_large", "request bodies are limited to %d bytes", BODY_MAX);
+		return -1;
+	}
+	size_t want = r->content_length > 0 ? (size_t)r->content_length : 0;
+	r->body = xmalloc(want + 1);
+	size_t got = 0;
+	while (got < want) {
+		int n = FCGX_GetStr(r->body + got, (int)(want - got), r->fr->in);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	r->body[got] = '\0';
+	r->body_len = got;
+	if (got < want) {
+		resp_error(r, 400, "bad_request", "the request body ended early");
+		return -1;
+	}
+	return 0;
+}
+
+void resp_header(struct req *r, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+	char v[512];
+	va_start(ap, fmt);
+	vsnprintf(v, sizeof v, fmt, ap);
+	va_end(ap);
+	/* header values never carry line breaks */
+	for (char *p = v; *p; p++)
+		if (*p == '\r' || *p == '\n')
+			*p = ' ';
+	buf_printf(&r->headers, "%s: %s\r\n", name, v);
+}
+
+void resp_json(struct req *r, int status, cJSON *body)
+{
+	char *json = jx_print(body);
+	struct labctx *x = r->x;
+	double total = (util_mono_s() - r->t0) * 1000.0;
+
+	r->status = status;
+	FCGX_FPrintF(r->fr->out,
+		     "Status: %d %s\r\n"
+		     "Content-Type: application/json; charset=utf-8\r\n"
+		     "Cache-Control: no-store\r\n"
+		     "X-Content-Type-Options: nosniff\r\n"
+		     "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
+		     "%s\r\n",
+		     status, status_text(status), x->db.ms, x->kube.ms, x->agent.ms, total,
+		     r->headers.p ? r->headers.p : "");
+	FCGX_PutStr(json, (int)strlen(json), r->fr->out);
+	FCGX_PutS("\n", r->fr->out);
+	if (FCGX_GetError(r->fr->out))
+		log_warn("writing the response failed (client gone?)");
+	cJSON_free(json);
+	cJSON_Delete(body);
+}
+
+void resp_error(struct req *r, int status, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	char msg[1024];
+	cJSON *o = jx_obj();
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	jx_add_str(o, "error", code);
+	jx_add_str(o, "message", msg);
+	resp_json(r, status, o);
+}

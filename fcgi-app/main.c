@@ -1,0 +1,165 @@
+/* labvm.fcgi - the session API as a FastCGI program.
+ *
+ * lighttpd (bin-path) or spawn-fcgi hands over the listening socket on fd 0;
+ * for Apache's mod_proxy_fcgi or systemd, `fcgi_listen` (or --listen) names
+ * a unix socket path or host:port to open. Each process runs fcgi_threads
+ * workers; each worker owns its database connection, cluster client and
+ * agent client. SIGTERM finishes the requests in flight and exits (libfcgi
+ * alone would wait for one more request, see PLATFORM.md). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <fcgiapp.h>
+
+#include "api.h"
+#include "config.h"
+#include "lab.h"
+#include "lesson.h"
+#include "log.h"
+
+static struct cfg cfg;
+static struct lessons lessons;
+static int listen_fd;
+static pthread_mutex_t accept_mutex = PTHREAD_MUTEX_INITIALIZER;
+static volatile sig_atomic_t stopping;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stopping = 1;
+	FCGX_ShutdownPending();
+	shutdown(listen_fd, SHUT_RDWR); /* wakes the accept()s */
+}
+
+static void log_request(const struct req *r, const struct labctx *x)
+{
+	log_info("%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)",
+		 r->user ? r->user : "-", r->method, r->path, r->status,
+		 (util_mono_s() - r->t0) * 1000.0, x->db.ms, x->kube.ms, x->kube.calls, x->agent.ms);
+}
+
+static void *worker(void *arg)
+{
+	struct labctx x;
+	FCGX_Request fr;
+	(void)arg;
+
+	if (labctx_init(&x, &cfg, &lessons) < 0)
+		return NULL;
+	if (FCGX_InitRequest(&fr, listen_fd, 0) != 0) {
+		log_err("FCGX_InitRequest failed");
+		labctx_cleanup(&x);
+		return NULL;
+	}
+	while (!stopping) {
+		int rc;
+		pthread_mutex_lock(&accept_mutex);
+		rc = stopping ? -1 : FCGX_Accept_r(&fr);
+		pthread_mutex_unlock(&accept_mutex);
+		if (rc < 0)
+			break;
+		struct req r;
+		req_init(&r, &fr, &x);
+		router_dispatch(&r);
+		log_request(&r, &x);
+		req_reset(&r);
+		FCGX_Finish_r(&fr);
+	}
+	FCGX_Free(&fr, 1);
+	labctx_cleanup(&x);
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
+		   "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
+		   "  --check  load and validate the config and lessons, then exit\n");
+}
+
+int main(int argc, char **argv)
+{
+	char err[1024];
+	const char *listen = NULL;
+	int check_only = 0;
+
+	log_init("labvm.fcgi", LOG_INFO);
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
+			listen = argv[++i];
+		} else if (strcmp(argv[i], "--check") == 0) {
+			check_only = 1;
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (cfg_load(cfg_path(), &cfg, CFG_NEED_TICKET_KEY, err, sizeof err) < 0) {
+		log_err("config: %s", err);
+		return 1;
+	}
+	if (lessons_load(cfg.lessons_dir, &lessons, err, sizeof err) < 0) {
+		log_err("lessons: %s", err);
+		return 1;
+	}
+	if (check_only) {
+		printf("labvm.fcgi: config %s and %zu lessons are valid\n", cfg_path(), lessons.n);
+		return 0;
+	}
+	if (!listen && cfg.fcgi_listen[0])
+		listen = cfg.fcgi_listen;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || FCGX_Init() != 0) {
+		log_err("library initialisation failed");
+		return 1;
+	}
+	if (listen) {
+		umask(0007);
+		listen_fd = FCGX_OpenSocket(listen, 128);
+		if (listen_fd < 0) {
+			log_err("cannot listen on %s: %s", listen, strerror(errno));
+			return 1;
+		}
+	} else if (FCGX_IsCGI()) {
+		log_err("not started by a FastCGI server: use --listen or fcgi_listen");
+		return 2;
+	}
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_term; /* no SA_RESTART: accept() must return */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+
+	int n = cfg.fcgi_threads;
+	pthread_t *th = calloc((size_t)n, sizeof *th);
+	if (!th)
+		return 1;
+	log_info("serving %zu lessons, environment %s, namespace %s, %d workers", lessons.n,
+		 cfg.environment, cfg.namespace_, n);
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&th[i], NULL, worker, NULL) != 0) {
+			log_err("cannot start worker %d", i);
+			return 1;
+		}
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	log_info("stopped");
+	lessons_free(&lessons);
+	cfg_free(&cfg);
+	curl_global_cleanup();
+	return 0;
+}

@@ -1,0 +1,65 @@
+/* Console tickets: round trip, forgery, expiry, malformed input. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ticket.h"
+#include "unit.h"
+#include "util.h"
+
+static const unsigned char key[] = "0123456789abcdef0123456789abcdef-test-key";
+static const unsigned char other[] = "ffffffffffffffffffffffffffffffff-other-key";
+
+int main(void)
+{
+	struct ticket t;
+	const char *sid = "0b7e6c1a-8d3c-4c41-9a55-3f0b7a1c2d3e";
+	char *tk = ticket_make(key, sizeof key - 1, sid, "student1", "lab-0b7e", 2000000000);
+
+	CHECK(tk && strncmp(tk, "v1.", 3) == 0, "a ticket is made, version prefix v1.");
+	CHECK(ticket_verify(key, sizeof key - 1, tk, 1900000000, &t) == TICKET_OK,
+	      "it verifies before expiry");
+	CHECK_STR(t.sid, sid, "session id round-trips");
+	CHECK_STR(t.user, "student1", "user round-trips");
+	CHECK_STR(t.vm, "lab-0b7e", "vm round-trips");
+	CHECK(t.exp == 2000000000, "expiry round-trips");
+	CHECK(strlen(t.nonce) == 32, "a 128-bit nonce is carried");
+	CHECK(ticket_verify(key, sizeof key - 1, tk, 2000000001, &t) == TICKET_EXPIRED,
+	      "it is refused after expiry");
+	CHECK(ticket_verify(other, sizeof other - 1, tk, 1900000000, &t) == TICKET_BAD_SIGNATURE,
+	      "another key does not verify it");
+
+	/* change one payload character: the signature no longer matches */
+	char *forged = strdup(tk);
+	forged[5] = forged[5] == 'A' ? 'B' : 'A';
+	CHECK(ticket_verify(key, sizeof key - 1, forged, 1900000000, &t) != TICKET_OK,
+	      "a modified payload is refused");
+	/* change the signature */
+	strcpy(forged, tk);
+	size_t n = strlen(forged);
+	forged[n - 2] = forged[n - 2] == 'A' ? 'B' : 'A';
+	CHECK(ticket_verify(key, sizeof key - 1, forged, 1900000000, &t) == TICKET_BAD_SIGNATURE,
+	      "a modified signature is refused");
+	free(forged);
+
+	char *tk2 = ticket_make(key, sizeof key - 1, sid, "student1", "lab-0b7e", 2000000000);
+	CHECK(tk2 && strcmp(tk, tk2) != 0, "two tickets for the same session differ (nonce)");
+
+	const char *bad[] = { "", "v1.", "v1..", "v2.abc.def", "v1.abc", "v1.a.b.c", "garbage",
+			      "v1.!!!.???" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECK(ticket_verify(key, sizeof key - 1, bad[i], 1900000000, &t) != TICKET_OK,
+		      "malformed ticket \"%s\" is refused", bad[i]);
+	CHECK(ticket_verify(key, sizeof key - 1, NULL, 1900000000, &t) == TICKET_MALFORMED,
+	      "a missing ticket is refused");
+
+	/* a correctly signed payload that lacks fields is still malformed */
+	char *p64 = util_b64url("{\"sid\":\"x\"}", 11);
+	char *msg = xasprintf("v1.%s", p64);
+	CHECK(ticket_verify(key, sizeof key - 1, msg, 1900000000, &t) != TICKET_OK,
+	      "an unsigned payload is refused");
+	free(p64);
+	free(msg);
+	free(tk);
+	free(tk2);
+	return unit_done();
+}
