@@ -1,0 +1,268 @@
+/* main.c - labvm-console: configuration, the lws context and its two vhosts
+ * (the listening one for browsers, a non-listening one for the upstream
+ * client connections and their TLS trust), signals, the periodic tick and the
+ * service loop. See bridge.h for the protocol and the threads. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bridge.h"
+#include "log.h"
+#include "util.h"
+
+struct bridge *B;
+
+static volatile sig_atomic_t stop_requested;
+static int done;
+
+int64_t bridge_now_ms(void)
+{
+	return util_mono_ms();
+}
+
+/* lws's own messages (warn and err only): never let a ticket through */
+static void lws_emit(int level, const char *line)
+{
+	char buf[1024], *p;
+	snprintf(buf, sizeof buf, "%s", line);
+	util_rstrip(buf);
+	for (p = buf; (p = strstr(p, "ticket=")) != NULL;) {
+		p += 7;
+		char *e = p;
+		while (*e && *e != '&' && *e != ' ' && *e != '"')
+			e++;
+		memmove(p + 3, e, strlen(e) + 1);
+		memcpy(p, "***", 3);
+	}
+	log_msg(level & LLL_ERR ? LOG_ERR : LOG_WARN, "lws: %s", buf);
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+	if (B && B->ctx)
+		lws_cancel_service(B->ctx);
+}
+
+static void begin_stop(void)
+{
+	struct bsession *s, *sn;
+	struct bconn *c, *cn;
+
+	B->stopping = 1;
+	B->stop_deadline = bridge_now_ms() + 3000;
+	log_info("SIGTERM: closing %d console%s and %d session%s", B->nconns,
+		 B->nconns == 1 ? "" : "s", B->nsessions, B->nsessions == 1 ? "" : "s");
+	for (s = B->sessions; s; s = sn) {
+		sn = s->next;
+		bs_close(s, BS_CLOSE_GOING_AWAY, "bridge shutting down");
+	}
+	for (c = B->conns; c; c = cn) {
+		cn = c->all_next;
+		bc_close(c, BS_CLOSE_GOING_AWAY, "bridge shutting down", 0);
+	}
+}
+
+static void tick(lws_sorted_usec_list_t *sul)
+{
+	int64_t now = bridge_now_ms();
+	(void)sul;
+
+	browser_tick(now);
+	bs_tick(now);
+	if (!B->stopping && now - B->last_recheck >= BS_RECHECK_S * 1000) {
+		B->last_recheck = now;
+		size_t n = 0;
+		for (struct bsession *s = B->sessions; s; s = s->next)
+			n += !s->dead;
+		if (n) {
+			char(*sids)[37] = malloc(n * sizeof *sids);
+			if (sids) {
+				size_t i = 0;
+				for (struct bsession *s = B->sessions; s; s = s->next)
+					if (!s->dead)
+						memcpy(sids[i++], s->sid, 37);
+				if (db_recheck(sids, i) < 0)
+					log_warn("re-check: out of memory");
+				free(sids);
+			}
+		}
+	}
+	nonce_purge(util_epoch_s());
+	if (B->stopping && ((!B->nconns && !B->nsessions) || now > B->stop_deadline)) {
+		done = 1;
+		lws_cancel_service(B->ctx);
+		return;
+	}
+	lws_sul_schedule(B->ctx, 0, &B->tick, tick, (B->stopping ? 100 : 1000) * LWS_US_PER_MS);
+}
+
+void bridge_wakeup(void)
+{
+	browser_db_results();
+	if (stop_requested && !B->stopping) {
+		begin_stop();
+		lws_sul_schedule(B->ctx, 0, &B->tick, tick, 50 * LWS_US_PER_MS);
+	}
+}
+
+static const struct lws_protocols server_protocols[] = {
+	/* first: a client that names no subprotocol lands here too (PLATFORM.md §5) */
+	{ BRIDGE_PROTO, callback_browser, sizeof(struct bconn), 4096, 0, NULL, 0 },
+	{ NULL, NULL, 0, 0, 0, NULL, 0 }
+};
+
+static const struct lws_protocols client_protocols[] = {
+	{ UPSTREAM_LOCAL, callback_upstream, 0, 16384, 0, NULL, 0 },
+	{ NULL, NULL, 0, 0, 0, NULL, 0 }
+};
+
+static lws_retry_bo_t browser_retry;
+
+static int parse_listen(const char *s, char *iface, size_t ilen, int *port, int *unix_sock)
+{
+	*unix_sock = 0;
+	if (strncmp(s, "unix:", 5) == 0) {
+		if (!s[5] || strlen(s + 5) >= ilen)
+			return -1;
+		snprintf(iface, ilen, "%s", s + 5);
+		*unix_sock = 1;
+		*port = 1; /* ignored for unix sockets, but must not mean "no listen" */
+		return 0;
+	}
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s || (size_t)(colon - s) >= ilen)
+		return -1;
+	char *end;
+	long p = strtol(colon + 1, &end, 10);
+	if (*end || p < 1 || p > 65535)
+		return -1;
+	memcpy(iface, s, (size_t)(colon - s));
+	iface[colon - s] = '\0';
+	*port = (int)p;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct bridge bridge;
+	struct lws_context_creation_info info;
+	char err[512], iface[256];
+	int port, unix_sock, rc = 1;
+
+	if (argc > 1) {
+		fprintf(stderr, "usage: %s (configuration from $LABVM_CONF, default %s)\n", argv[0],
+			CFG_DEFAULT_PATH);
+		return 2;
+	}
+	B = &bridge;
+	log_init("labvm-console", LOG_INFO);
+	if (cfg_load(cfg_path(), &B->cfg, CFG_NEED_TICKET_KEY, err, sizeof err) < 0) {
+		log_err("config: %s", err);
+		return 1;
+	}
+	B->console_linger_s = B->cfg.console_linger_s;
+	if (parse_listen(B->cfg.console_listen, iface, sizeof iface, &port, &unix_sock) < 0) {
+		log_err("config: console_listen '%s' is not host:port or unix:/path",
+			B->cfg.console_listen);
+		goto out;
+	}
+	if (upstream_parse_api(B->cfg.kube_api, B->kube_host, sizeof B->kube_host, &B->kube_port,
+			       B->kube_prefix, sizeof B->kube_prefix) < 0) {
+		log_err("config: kube_api '%s' is not https://host[:port][/path]", B->cfg.kube_api);
+		goto out;
+	}
+	if (B->cfg.console_path[0] != '/') {
+		log_err("config: console_path '%s' must start with /", B->cfg.console_path);
+		goto out;
+	}
+	if (upstream_load_token() < 0)
+		log_warn("no service-account token yet; consoles fail until %s is readable",
+			 B->cfg.kube_token_file);
+
+	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	memset(&info, 0, sizeof info);
+	info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+	info.pt_serv_buf_size = 32 * 1024;
+	B->ctx = lws_create_context(&info);
+	if (!B->ctx) {
+		log_err("lws: cannot create the context");
+		goto out;
+	}
+
+	/* browsers: plain WebSocket behind the front end, pinged every console_ping_s */
+	browser_retry.secs_since_valid_ping = (uint16_t)B->cfg.console_ping_s;
+	browser_retry.secs_since_valid_hangup = (uint16_t)(B->cfg.console_ping_s * 3);
+	memset(&info, 0, sizeof info);
+	info.vhost_name = "browsers";
+	info.port = port;
+	info.iface = iface;
+	if (unix_sock)
+		info.options |= LWS_SERVER_OPTION_UNIX_SOCK;
+	info.protocols = server_protocols;
+	info.retry_and_idle_policy = &browser_retry;
+	info.keepalive_timeout = 10;
+	if (!lws_create_vhost(B->ctx, &info)) {
+		log_err("cannot listen on %s", B->cfg.console_listen);
+		goto out;
+	}
+
+	/* upstream: client connections only, TLS verified against kube_ca_file */
+	memset(&info, 0, sizeof info);
+	info.vhost_name = "kubevirt";
+	info.port = CONTEXT_PORT_NO_LISTEN;
+	info.protocols = client_protocols;
+	info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+	info.client_ssl_ca_filepath = B->cfg.kube_ca_file;
+	B->vhost = lws_create_vhost(B->ctx, &info);
+	if (!B->vhost) {
+		log_err("cannot set up the upstream TLS client (kube_ca_file %s)",
+			B->cfg.kube_ca_file);
+		goto out;
+	}
+
+	if (db_start(B->cfg.database, B->cfg.environment, B->ctx) < 0) {
+		log_err("cannot start the database worker: %s", strerror(errno));
+		goto out;
+	}
+	lws_sul_schedule(B->ctx, 0, &B->tick, tick, 1000 * LWS_US_PER_MS);
+	log_info("listening on %s%s (path %s), upstream %s:%d namespace %s, ping %d s, linger %d s",
+		 B->cfg.console_listen, unix_sock ? "" : "", B->cfg.console_path, B->kube_host,
+		 B->kube_port, B->cfg.namespace_, B->cfg.console_ping_s, B->console_linger_s);
+
+	while (!done && lws_service(B->ctx, 0) >= 0) {
+		if (stop_requested && !B->stopping)
+			bridge_wakeup();
+	}
+	rc = 0;
+	log_info("stopped");
+out:
+	db_stop();
+	if (B->ctx) {
+		lws_sul_cancel(&B->tick);
+		lws_context_destroy(B->ctx);
+		B->ctx = NULL;
+	}
+	while (B->sessions)
+		bs_free(B->sessions);
+	nonce_free_all();
+	if (B->bearer) {
+		explicit_bzero(B->bearer, strlen(B->bearer));
+		free(B->bearer);
+	}
+	cfg_free(&B->cfg);
+	return rc;
+}

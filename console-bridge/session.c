@@ -1,0 +1,473 @@
+/* session.c - bridge sessions: the shared upstream of one console session,
+ * per-direction queues, flow control, the replay ring, and every close (with
+ * its reason, logged once). Runs on the lws service thread only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "bridge.h"
+#include "log.h"
+
+/* ------------------------------------------------------------------ queue */
+
+int bq_append(struct bq *q, const void *p, size_t n, int is_text)
+{
+	struct bq_chunk *t = q->tail;
+
+	if (!n && !is_text)
+		return 0;
+	if (!is_text && t && !t->is_text && t->cap - t->len >= n) {
+		memcpy(t->data + LWS_PRE + t->len, p, n);
+		t->len += n;
+		q->bytes += n;
+		return 0;
+	}
+	size_t cap = is_text || n >= BS_CHUNK_MIN ? n : BS_CHUNK_MIN;
+	struct bq_chunk *c = malloc(sizeof *c + LWS_PRE + cap);
+	if (!c)
+		return -1;
+	c->next = NULL;
+	c->off = 0;
+	c->len = n;
+	c->cap = cap;
+	c->is_text = is_text;
+	if (n)
+		memcpy(c->data + LWS_PRE, p, n);
+	if (t)
+		t->next = c;
+	else
+		q->head = c;
+	q->tail = c;
+	q->bytes += n;
+	return 0;
+}
+
+size_t bq_peek(struct bq *q, unsigned char **p, int *is_text)
+{
+	struct bq_chunk *c = q->head;
+	if (!c)
+		return 0;
+	size_t n = c->len - c->off;
+	*p = c->data + LWS_PRE + c->off;
+	*is_text = c->is_text;
+	if (!c->is_text && n > BS_WRITE_MAX)
+		n = BS_WRITE_MAX;
+	return n;
+}
+
+void bq_consume(struct bq *q, size_t n)
+{
+	struct bq_chunk *c = q->head;
+	if (!c)
+		return;
+	c->off += n;
+	q->bytes -= n;
+	if (c->off >= c->len) {
+		q->head = c->next;
+		if (!q->head)
+			q->tail = NULL;
+		free(c);
+	}
+}
+
+void bq_clear(struct bq *q)
+{
+	struct bq_chunk *c = q->head, *n;
+	for (; c; c = n) {
+		n = c->next;
+		free(c);
+	}
+	q->head = q->tail = NULL;
+	q->bytes = 0;
+}
+
+/* ------------------------------------------------------------------- ring */
+
+static void ring_put(struct bsession *s, const unsigned char *p, size_t n)
+{
+	if (!s->ring) {
+		s->ring = malloc(BS_RING_SIZE);
+		if (!s->ring)
+			return; /* replay is a convenience; skip it under memory pressure */
+	}
+	if (n >= BS_RING_SIZE) {
+		memcpy(s->ring, p + n - BS_RING_SIZE, BS_RING_SIZE);
+		s->ring_start = 0;
+		s->ring_len = BS_RING_SIZE;
+		return;
+	}
+	size_t end = (s->ring_start + s->ring_len) % BS_RING_SIZE;
+	size_t first = BS_RING_SIZE - end < n ? BS_RING_SIZE - end : n;
+	memcpy(s->ring + end, p, first);
+	memcpy(s->ring, p + first, n - first);
+	s->ring_len += n;
+	if (s->ring_len > BS_RING_SIZE) {
+		s->ring_start = (s->ring_start + s->ring_len - BS_RING_SIZE) % BS_RING_SIZE;
+		s->ring_len = BS_RING_SIZE;
+	}
+}
+
+/* Queue the ring's content for one browser. When the ring has wrapped, start
+ * after the first newline so the replay does not begin inside an escape
+ * sequence or a UTF-8 character. */
+static int ring_replay(struct bsession *s, struct bconn *c)
+{
+	if (!s->ring || !s->ring_len)
+		return 0;
+	unsigned char *tmp = malloc(s->ring_len);
+	if (!tmp)
+		return -1;
+	size_t first = BS_RING_SIZE - s->ring_start;
+	if (first > s->ring_len)
+		first = s->ring_len;
+	memcpy(tmp, s->ring + s->ring_start, first);
+	memcpy(tmp + first, s->ring, s->ring_len - first);
+	size_t skip = 0;
+	if (s->ring_len == BS_RING_SIZE) {
+		unsigned char *nl = memchr(tmp, '\n', s->ring_len);
+		if (nl)
+			skip = (size_t)(nl - tmp) + 1;
+	}
+	int rc = bq_append(&c->out, tmp + skip, s->ring_len - skip, 0);
+	free(tmp);
+	return rc;
+}
+
+/* --------------------------------------------------------------- sessions */
+
+struct bsession *bs_find(const char *sid)
+{
+	for (struct bsession *s = B->sessions; s; s = s->next)
+		if (!s->dead && strcmp(s->sid, sid) == 0)
+			return s;
+	return NULL;
+}
+
+static struct bsession *bs_new(const struct bconn *c)
+{
+	struct bsession *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	memcpy(s->sid, c->sid, sizeof s->sid);
+	memcpy(s->user, c->user, sizeof s->user);
+	memcpy(s->vm, c->vm, sizeof s->vm);
+	s->next = B->sessions;
+	B->sessions = s;
+	B->nsessions++;
+	return s;
+}
+
+void bs_free(struct bsession *s)
+{
+	struct bsession **pp;
+	for (pp = &B->sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			B->nsessions--;
+			break;
+		}
+	bq_clear(&s->to_up);
+	free(s->ring);
+	free(s);
+}
+
+int bs_refuse_index(int code)
+{
+	switch (code) {
+	case BS_CLOSE_BAD_URL:
+	case BS_CLOSE_TICKET:
+		return 0;
+	case BS_CLOSE_FORBIDDEN:
+		return 1;
+	case BS_CLOSE_NOT_READY:
+		return 2;
+	case BS_CLOSE_ENDED:
+		return 3;
+	case BS_CLOSE_TOO_MANY:
+		return 4;
+	case BS_CLOSE_UPSTREAM:
+		return 5;
+	case BS_CLOSE_UNAVAILABLE:
+		return 6;
+	default:
+		return 7;
+	}
+}
+
+int bs_attach(struct bconn *c)
+{
+	struct bsession *s = bs_find(c->sid);
+
+	if (s && (strcmp(s->user, c->user) || strcmp(s->vm, c->vm))) {
+		/* checked against the database just now; a stale session object
+		 * (e.g. a VM replaced) gives way to the new facts */
+		bs_close(s, BS_CLOSE_ENDED, "session changed");
+		s = NULL;
+	}
+	if (s && s->nconns >= BS_MAX_CONNS) {
+		bc_close(c, BS_CLOSE_TOO_MANY, "too many consoles open for this session", 0);
+		return -1;
+	}
+	int created = 0;
+	if (!s) {
+		s = bs_new(c);
+		if (!s) {
+			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+			return -1;
+		}
+		created = 1;
+	}
+	c->sess = s;
+	c->sess_next = s->conns;
+	s->conns = c;
+	s->nconns++;
+	s->t_idle = 0;
+	c->state = BC_ATTACHED;
+	c->t_state = bridge_now_ms();
+
+	if (s->up_state == UP_OPEN) {
+		if (bc_send_status(c, "open") < 0 || ring_replay(s, c) < 0) {
+			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+			return -1;
+		}
+		lws_callback_on_writable(c->wsi);
+		log_info("session %s: console %llu attached (user %s, %d open, upstream shared)",
+			 s->sid, (unsigned long long)c->id, c->user, s->nconns);
+		return 0;
+	}
+	if (bc_send_status(c, "connecting") < 0) {
+		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+		return -1;
+	}
+	lws_callback_on_writable(c->wsi);
+	log_info("session %s: console %llu attached (user %s, %d open, upstream %s)", s->sid,
+		 (unsigned long long)c->id, c->user, s->nconns,
+		 created ? "opening" : "already opening");
+	if (s->up_state == UP_NONE && upstream_open(s) < 0) {
+		bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: cannot connect");
+		return -1;
+	}
+	return 0;
+}
+
+void bs_detach(struct bconn *c)
+{
+	struct bsession *s = c->sess;
+	if (!s)
+		return;
+	for (struct bconn **pp = &s->conns; *pp; pp = &(*pp)->sess_next)
+		if (*pp == c) {
+			*pp = c->sess_next;
+			s->nconns--;
+			break;
+		}
+	c->sess = NULL;
+	c->sess_next = NULL;
+	if (s->dead)
+		return; /* bs_close() is closing everything and frees s */
+	if (!s->nconns) {
+		s->t_idle = bridge_now_ms();
+		if (B->console_linger_s == 0 || B->stopping) {
+			bs_close(s, BS_CLOSE_NORMAL, "last console closed");
+			return;
+		}
+		log_info("session %s: last console left; upstream kept for %d s", s->sid,
+			 B->console_linger_s);
+	}
+	/* a paused upstream may have been waiting for this (slow) browser only */
+	if (s->up_rx_paused && s->up) {
+		for (struct bconn *o = s->conns; o; o = o->sess_next)
+			if (o->out.bytes > BS_DOWN_LOW)
+				return;
+		lws_rx_flow_control(s->up, 1);
+		s->up_rx_paused = 0;
+	}
+}
+
+static int json_closed(int code, const char *reason, char **out)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o || !cJSON_AddStringToObject(o, "type", "closed") ||
+	    !cJSON_AddNumberToObject(o, "code", code) ||
+	    !cJSON_AddStringToObject(o, "reason", reason)) {
+		cJSON_Delete(o);
+		return -1;
+	}
+	*out = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return *out ? 0 : -1;
+}
+
+void bc_close(struct bconn *c, int code, const char *reason, int flush)
+{
+	if (c->state == BC_CLOSING)
+		return;
+	if (c->state == BC_NEW || c->state == BC_CHECKING)
+		B->st.refused[bs_refuse_index(code)]++;
+	if (c->sess)
+		log_info("session %s: console %llu closed: %d %s", c->sess->sid,
+			 (unsigned long long)c->id, code, reason);
+	else
+		log_info("session %s: console %llu refused (peer %s): %d %s",
+			 c->sid[0] ? c->sid : "-", (unsigned long long)c->id, c->peer, code, reason);
+	bs_detach(c);
+	c->state = BC_CLOSING;
+	c->t_state = bridge_now_ms();
+	c->close_code = code;
+	snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+	if (!flush)
+		bq_clear(&c->out);
+	char *json = NULL;
+	if (json_closed(code, c->close_reason, &json) == 0) {
+		if (bq_append(&c->out, json, strlen(json), 1) < 0)
+			bq_clear(&c->out); /* close frame alone still carries the reason */
+		cJSON_free(json);
+	}
+	if (c->rx_paused) {
+		lws_rx_flow_control(c->wsi, 1); /* let lws see the peer's close */
+		c->rx_paused = 0;
+	}
+	lws_callback_on_writable(c->wsi);
+}
+
+void bs_close(struct bsession *s, int code, const char *reason)
+{
+	if (s->dead)
+		return;
+	log_info("session %s: console session closed: %d %s (%d browser%s, %llu bytes down, "
+		 "%llu up)",
+		 s->sid, code, reason, s->nconns, s->nconns == 1 ? "" : "s",
+		 (unsigned long long)s->bytes_down, (unsigned long long)s->bytes_up);
+	s->dead = 1;
+	/* flush output already received, then close with the reason */
+	while (s->conns)
+		bc_close(s->conns, code, reason, 1);
+	if (s->up)
+		upstream_close(s);
+	else
+		bs_free(s);
+}
+
+/* ---------------------------------------------------------------- relay */
+
+void bs_upstream_open(struct bsession *s)
+{
+	s->up_state = UP_OPEN;
+	log_info("session %s: upstream console open (vm %s)", s->sid, s->vm);
+	for (struct bconn *c = s->conns; c; c = c->sess_next) {
+		if (bc_send_status(c, "open") < 0) {
+			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+			continue;
+		}
+		lws_callback_on_writable(c->wsi);
+	}
+	/* the guest printed its prompt before anyone listened: ask for a fresh one
+	 * (a bare CR, as a user pressing Enter on virtctl console), once per session
+	 * object, only when nothing was typed yet */
+	if (!s->woke && !s->to_up.bytes && !s->ring_len) {
+		s->woke = 1;
+		if (bq_append(&s->to_up, "\r", 1, 0) < 0)
+			return;
+	}
+	if (s->to_up.bytes)
+		lws_callback_on_writable(s->up);
+}
+
+void bs_upstream_data(struct bsession *s, const void *p, size_t n)
+{
+	int high = 0;
+
+	s->bytes_down += n;
+	B->st.bytes_down += n;
+	ring_put(s, p, n);
+	for (struct bconn *c = s->conns, *next; c; c = next) {
+		next = c->sess_next;
+		if (bq_append(&c->out, p, n, 0) < 0) {
+			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+			continue;
+		}
+		if (c->out.bytes > BS_DOWN_HIGH)
+			high = 1;
+		lws_callback_on_writable(c->wsi);
+	}
+	if (high && !s->up_rx_paused && s->up) {
+		lws_rx_flow_control(s->up, 0);
+		s->up_rx_paused = 1;
+	}
+}
+
+void bs_upstream_gone(struct bsession *s, const char *why)
+{
+	char reason[120];
+
+	s->up = NULL;
+	s->up_state = UP_NONE;
+	if (s->dead) {
+		if (!s->nconns)
+			bs_free(s);
+		return;
+	}
+	B->st.upstream_failures++;
+	snprintf(reason, sizeof reason, "upstream console failed: %s", why);
+	bs_close(s, BS_CLOSE_UPSTREAM, reason);
+}
+
+void bs_upstream_drained(struct bsession *s)
+{
+	if (s->to_up.bytes >= BS_UP_LOW)
+		return;
+	for (struct bconn *c = s->conns; c; c = c->sess_next)
+		if (c->rx_paused && c->state == BC_ATTACHED) {
+			lws_rx_flow_control(c->wsi, 1);
+			c->rx_paused = 0;
+		}
+}
+
+void bs_browser_drained(struct bconn *c)
+{
+	struct bsession *s = c ? c->sess : NULL;
+	if (!s || !s->up_rx_paused || !s->up)
+		return;
+	for (struct bconn *o = s->conns; o; o = o->sess_next)
+		if (o->out.bytes > BS_DOWN_LOW)
+			return;
+	lws_rx_flow_control(s->up, 1);
+	s->up_rx_paused = 0;
+}
+
+void bs_browser_input(struct bconn *c, const void *p, size_t n)
+{
+	struct bsession *s = c->sess;
+	if (!s || s->dead)
+		return;
+	if (bq_append(&s->to_up, p, n, 0) < 0) {
+		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+		return;
+	}
+	s->bytes_up += n;
+	B->st.bytes_up += n;
+	if (s->up && s->up_state == UP_OPEN)
+		lws_callback_on_writable(s->up);
+	if (s->to_up.bytes > BS_UP_HIGH && !c->rx_paused) {
+		lws_rx_flow_control(c->wsi, 0);
+		c->rx_paused = 1;
+	}
+}
+
+void bs_tick(int64_t now)
+{
+	struct bsession *s, *next;
+	for (s = B->sessions; s; s = next) {
+		next = s->next;
+		if (s->dead)
+			continue;
+		if (s->up_state == UP_CONNECTING && now - s->t_open_start > BS_UP_TIMEOUT_S * 1000) {
+			B->st.upstream_failures++;
+			bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: handshake timeout");
+			continue;
+		}
+		if (!s->nconns && s->t_idle && now - s->t_idle > (int64_t)B->console_linger_s * 1000)
+			bs_close(s, BS_CLOSE_NORMAL, "idle: no console for console_linger_s");
+	}
+}
