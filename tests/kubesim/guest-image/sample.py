@@ -1,10 +1,15 @@
 """A labvm-like guest for checking real QEMU guests, and the probes that check it.
 
 `labvm_like_userdata(token)` is a cloud-config shaped like the one labvm puts
-in its Secret: an agent (python3 http.server on 0.0.0.0:8899, every request
-needs the per-VM token, GET /ready answers 200 once the ready flag exists,
-POST /run runs a command), the token, lab files, a setup script, the serial
-autologin drop-in, and the ready flag written last, only if setup succeeded.
+in its Secret: labvm's own guest agent (fcgi-app/guest/agent.py; a stand-in
+with the same API when that file is absent), the per-VM token, lab files, a
+setup script, the serial autologin drop-in, and the ready flag written last,
+only if setup succeeded. This is the recommended form (variant B below).
+
+`labvm_current_userdata(token)` replicates the document that
+fcgi-app/core/cloudinit.c builds today ("#cloud-config" + JSON; the drop-in
+through write_files and a `systemctl restart --no-block` of the getty in
+runcmd), to show it works with the real cloud-init too.
 
 The pattern, and why (cloud-init 22.4 in Debian 12):
 - bootcmd runs first, every boot, inside cloud-init.service, which is ordered
@@ -24,14 +29,18 @@ The pattern, and why (cloud-init 22.4 in Debian 12):
 """
 import http.client
 import json
+import os
 import re
 import socket
+import threading
 import time
 
-AGENT = r'''#!/usr/bin/python3
-# labvm-like guest agent: every request needs the per-VM token.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+LABVM_AGENT = os.path.join(REPO, "fcgi-app", "guest", "agent.py")
+
+# Used only when labvm's agent is not there: the same API, much less care.
+STAND_IN_AGENT = r'''#!/usr/bin/python3
 import hmac, http.server, json, os, subprocess
-TOKEN = open('/etc/labvm/token').read().strip().encode()
 READY = '/var/lib/labvm/ready'
 host, _, port = os.environ.get('LABVM_AGENT_LISTEN', '0.0.0.0:8899').rpartition(':')
 class H(http.server.BaseHTTPRequestHandler):
@@ -43,8 +52,12 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
     def authorised(self):
+        try:
+            token = open('/etc/labvm/agent-token', 'rb').read().strip()
+        except OSError:
+            token = b''
         got = self.headers.get('Authorization', '').removeprefix('Bearer ').encode()
-        if hmac.compare_digest(got, TOKEN):
+        if token and hmac.compare_digest(got, token):
             return True
         self.reply(403, {'error': 'forbidden'})
         return False
@@ -63,16 +76,26 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.reply(404, {'error': 'not_found'})
         req = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))) or b'{}')
         try:
-            p = subprocess.run(['/bin/sh', '-c', req['command']], capture_output=True,
-                               timeout=req.get('timeout', 30))
-            self.reply(200, {'exit': p.returncode,
-                             'output': (p.stdout + p.stderr).decode('utf-8', 'replace')})
+            p = subprocess.run(['/bin/sh', '-c', req['cmd']], capture_output=True,
+                               timeout=req.get('timeout_s', 30))
+            self.reply(200, {'exit_code': p.returncode, 'stdout': p.stdout.decode('utf-8', 'replace'),
+                             'stderr': p.stderr.decode('utf-8', 'replace'), 'timed_out': False})
         except subprocess.TimeoutExpired:
-            self.reply(200, {'exit': 124, 'output': 'timeout'})
+            self.reply(200, {'exit_code': None, 'stdout': '', 'stderr': '', 'timed_out': True})
     def log_message(self, *a):
         pass
 http.server.ThreadingHTTPServer((host, int(port)), H).serve_forever()
 '''
+
+
+def agent_source():
+    """labvm's guest agent when present, else the stand-in."""
+    try:
+        with open(LABVM_AGENT) as f:
+            return f.read()
+    except OSError:
+        return STAND_IN_AGENT
+
 
 SETUP = '''#!/bin/sh
 # lesson setup: lab files in place, a lab user, something that takes a moment
@@ -91,8 +114,9 @@ def _indent(text, n):
     return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
 
 
-def labvm_like_userdata(token, agent=AGENT, setup=SETUP):
+def labvm_like_userdata(token, agent=None, setup=SETUP):
     """A cloud-config like labvm's (delivered through a Secret: no size limit)."""
+    agent = agent or agent_source()
     return f"""#cloud-config
 bootcmd:
   - |
@@ -106,7 +130,7 @@ bootcmd:
   - [systemd-run, --no-block, --unit=labvm-agent, -p, DefaultDependencies=no, -p, Restart=always,
      /bin/sh, -c, 'while [ ! -e /opt/labvm/agent.py ]; do sleep 0.1; done; exec /usr/bin/python3 /opt/labvm/agent.py']
 write_files:
-  - path: /etc/labvm/token
+  - path: /etc/labvm/agent-token
     permissions: '0600'
     content: "{token}"
   - path: /opt/labvm/agent.py
@@ -121,8 +145,42 @@ write_files:
     content: |
       Welcome to the lab.
 runcmd:
-  - [sh, -c, '/opt/labvm/setup.sh > /var/log/labvm-setup.log 2>&1 && mkdir -p /var/lib/labvm && touch /var/lib/labvm/ready']
+  - [sh, -c, 'mkdir -p /var/lib/labvm; : > /var/lib/labvm/setup.started; /opt/labvm/setup.sh > /var/log/labvm-setup.log 2>&1; echo $? > /var/lib/labvm/setup.rc']
+  - [sh, -c, '[ "$(cat /var/lib/labvm/setup.rc)" = 0 ] && touch /var/lib/labvm/ready']
 """.encode()
+
+
+def labvm_current_userdata(token, agent=None, setup=SETUP):
+    """The document fcgi-app/core/cloudinit.c builds (same strings, same order)."""
+    agent = agent or agent_source()
+    state = "/var/lib/labvm"
+    agent_start = (
+        f"mkdir -p {state}; "
+        "run='while [ ! -e /opt/labvm/agent.py ]; do sleep 0.1; done; exec python3 /opt/labvm/agent.py'; "
+        "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
+        "systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
+        "/bin/sh -c \"$run\"; "
+        "else nohup /bin/sh -c \"$run\" >/var/log/labvm-agent.log 2>&1 & fi")
+    getty_restart = ("if [ -d /run/systemd/system ]; then systemctl daemon-reload; "
+                     "systemctl restart --no-block serial-getty@ttyS0.service; fi")
+    run_setup = (f"mkdir -p {state}; : > {state}/setup.started; cd /root 2>/dev/null || cd /; "
+                 f"HOME=/root /opt/labvm/setup.sh >/var/log/labvm-setup.log 2>&1; echo $? > {state}/setup.rc")
+    ready_flag = f'[ "$(cat {state}/setup.rc 2>/dev/null)" = 0 ] && touch {state}/ready'
+    autologin = ("[Service]\nExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u' "
+                 "--keep-baud 115200,57600,38400,9600 --autologin root - $TERM\n")
+
+    def f(path, content, mode):
+        return {"path": path, "content": content, "permissions": mode, "owner": "root:root"}
+    doc = {
+        "bootcmd": [["sh", "-c", agent_start]],
+        "write_files": [f("/opt/labvm/agent.py", agent, "0755"),
+                        f("/etc/labvm/agent-token", token, "0600"),
+                        f("/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf", autologin, "0644"),
+                        f("/opt/labvm/files/README", "Welcome to the lab.\n", "0644"),
+                        f("/opt/labvm/setup.sh", setup, "0700")],
+        "runcmd": [["sh", "-c", getty_restart], ["sh", "-c", run_setup], ["sh", "-c", ready_flag]],
+    }
+    return ("#cloud-config\n" + json.dumps(doc, indent=1) + "\n").encode()
 
 
 # --- probes ------------------------------------------------------------------------
@@ -140,13 +198,16 @@ def agent_get(ip, port, path, token, timeout=2.0):
 
 
 def agent_run(ip, port, token, command, timeout=30.0):
+    """POST /run on the agent: (exit code, stdout + stderr)."""
     c = http.client.HTTPConnection(ip, port, timeout=timeout + 5)
-    c.request("POST", "/run", body=json.dumps({"command": command, "timeout": timeout}),
+    c.request("POST", "/run", body=json.dumps({"cmd": command, "timeout_s": int(timeout)}),
               headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     r = c.getresponse()
     out = json.loads(r.read())
     c.close()
-    return out["exit"], out["output"]
+    if r.status != 200:
+        raise RuntimeError(f"/run answered {r.status}: {out}")
+    return out.get("exit_code"), out.get("stdout", "") + out.get("stderr", "")
 
 
 def wait_ready(guest, token, timeout=240.0, marks=None):
@@ -169,6 +230,22 @@ def wait_ready(guest, token, timeout=240.0, marks=None):
             return True
         time.sleep(0.1)
     return False
+
+
+def wait_all_ready(guests, timeout=400.0):
+    """wait_ready for several guests at once (each in a thread, so each one's
+    marks are its own); every guest needs .token and .marks. Returns a list
+    of booleans."""
+    out = [False] * len(guests)
+
+    def one(i, g):
+        out[i] = wait_ready(g, g.token, timeout=timeout, marks=g.marks)
+    ts = [threading.Thread(target=one, args=(i, g), daemon=True) for i, g in enumerate(guests)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join(timeout + 30)
+    return out
 
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\r")
