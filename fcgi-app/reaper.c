@@ -1,0 +1,387 @@
+/* labvm-reaper - make the cluster and the database agree, every minute.
+ *
+ *   labvm-reaper [--dry-run] [--grace SECONDS]
+ *
+ * One run, under pg_try_advisory_lock (a second run exits at once):
+ *   1. snapshot the active sessions of this environment
+ *   2. list this environment's lab VMs and Secrets (label selector on the
+ *      lab-session marker AND the environment): if a list fails, stop here
+ *      with a non-zero exit and delete nothing (no decisions on partial
+ *      knowledge)
+ *   3. advance every active session: expired ones end (VM and Secret deleted),
+ *      stuck starts fail at their deadlines, exactly as the API would
+ *   4. active sessions whose VM vanished from the cluster fail
+ *   5. objects without an active session are orphans: deleted when their
+ *      session ended or failed, or, without any session row, once older than
+ *      the grace period (an in-flight start is never raced)
+ * Objects of another environment, or without the marker, are never touched.
+ * One summary line per run; one line per deletion with its reason. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "jsonx.h"
+#include "lab.h"
+#include "log.h"
+#include "session.h"
+
+#define LOCK_REAPER "7303"
+
+struct counts {
+	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, kept_young, errors;
+};
+
+struct obj {
+	char *kind;        /* "virtualmachines" | "secrets" */
+	char *name;
+	char *session_id;  /* label value, may be NULL */
+	double age_s;
+	int done;          /* deleted (or found deleted) during this run */
+};
+
+struct objs {
+	struct obj *v;
+	size_t n;
+};
+
+static int dry_run;
+
+static double parse_age(const char *ts, double now)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof tm);
+	if (!ts || !strptime(ts, "%Y-%m-%dT%H:%M:%S", &tm))
+		return 0;
+	return now - (double)timegm(&tm);
+}
+
+/* List one kind of this environment's lab objects. 0 ok, -1 failed. */
+static int list_objs(struct labctx *x, const char *kind, struct objs *out)
+{
+	const struct cfg *c = x->cfg;
+	char *path = kube_path(kind, c->namespace_, NULL);
+	char *sel = xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment,
+			      c->environment);
+	cJSON *list = NULL;
+	long code = kube_list(&x->kube, path, sel, &list);
+	const cJSON *items = kj_get(list, "items"), *it;
+	double now = (double)time(NULL);
+	int rc = 0;
+
+	if (code != 200 || !cJSON_IsArray(items)) {
+		log_err("listing %s failed: %s", kind, x->kube.msg[0] ? x->kube.msg : "bad answer");
+		rc = -1;
+		goto out;
+	}
+	out->v = xrealloc(out->v, (out->n + (size_t)cJSON_GetArraySize(items) + 1) * sizeof *out->v);
+	cJSON_ArrayForEach(it, items)
+	{
+		const cJSON *labels = kj_get(it, "metadata.labels");
+		const cJSON *marker = cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_session);
+		const cJSON *env = cJSON_GetObjectItemCaseSensitive(labels, c->label.environment);
+		const cJSON *sid = cJSON_GetObjectItemCaseSensitive(labels, c->label.session_id);
+		const char *name = kj_str(it, "metadata.name");
+		/* never trust the selector alone with deletions */
+		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
+		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0)
+			continue;
+		struct obj *o = &out->v[out->n++];
+		memset(o, 0, sizeof *o);
+		o->kind = xstrdup(kind);
+		o->name = xstrdup(name);
+		o->session_id = cJSON_IsString(sid) ? xstrdup(sid->valuestring) : NULL;
+		o->age_s = parse_age(kj_str(it, "metadata.creationTimestamp"), now);
+	}
+out:
+	cJSON_Delete(list);
+	free(sel);
+	free(path);
+	return rc;
+}
+
+static void objs_free(struct objs *os)
+{
+	for (size_t i = 0; i < os->n; i++) {
+		free(os->v[i].kind);
+		free(os->v[i].name);
+		free(os->v[i].session_id);
+	}
+	free(os->v);
+	memset(os, 0, sizeof *os);
+}
+
+static struct obj *find_obj(struct objs *os, const char *kind, const char *name)
+{
+	for (size_t i = 0; i < os->n; i++)
+		if (strcmp(os->v[i].kind, kind) == 0 && strcmp(os->v[i].name, name) == 0)
+			return &os->v[i];
+	return NULL;
+}
+
+/* The ids of this environment's active sessions (malloc'd array of malloc'd strings). */
+static int active_ids(struct labctx *x, char ***ids, size_t *n)
+{
+	const char *p[1] = { x->cfg->environment };
+	PGresult *r = db_exec(&x->db,
+			      "SELECT id::text FROM sessions WHERE environment = $1 "
+			      "AND state IN ('starting', 'ready') ORDER BY created_at",
+			      1, p);
+	if (!r)
+		return -1;
+	*n = (size_t)PQntuples(r);
+	*ids = xcalloc(*n + 1, sizeof **ids);
+	for (size_t i = 0; i < *n; i++)
+		(*ids)[i] = xstrdup(PQgetvalue(r, (int)i, 0));
+	PQclear(r);
+	return 0;
+}
+
+/* State of a session row: "ready", "ended", ... or NULL when there is none. */
+static char *row_state(struct labctx *x, const char *sid)
+{
+	const char *p[2] = { sid, x->cfg->environment };
+	if (!sid || !util_uuid_valid(sid))
+		return NULL;
+	PGresult *r = db_exec(&x->db,
+			      "SELECT state FROM sessions WHERE id = $1::uuid AND environment = $2", 2,
+			      p);
+	char *st = r && PQntuples(r) ? xstrdup(PQgetvalue(r, 0, 0)) : NULL;
+	PQclear(r);
+	return st;
+}
+
+static void advance_one(struct labctx *x, const char *id, struct objs *vms, struct objs *secrets,
+			struct counts *k)
+{
+	struct session s;
+	if (session_load(x, id, &s) != SESSION_FOUND) {
+		k->errors++;
+		return;
+	}
+	if (dry_run) {
+		if (s.t_expires > 0 && s.t_now >= s.t_expires) {
+			printf("would end session %s (%s, %s): expired\n", s.id, s.user, s.lesson);
+			k->expired++;
+		} else if (strcmp(s.state, "starting") == 0 &&
+			   ((!s.running_at && s.t_submitted > 0 &&
+			     s.t_now > s.t_submitted + s.running_timeout_s) ||
+			    (s.running_at && s.t_now > s.t_running + s.ready_timeout_s))) {
+			printf("would fail session %s (%s, %s): past its %s deadline\n", s.id,
+			       s.user, s.lesson, s.running_at ? "ready" : "running");
+			k->failed_stuck++;
+		}
+		session_free(&s);
+		return;
+	}
+	char *before = xstrdup(s.state);
+	if (session_advance(x, &s) < 0) {
+		k->errors++;
+	} else if (!session_active(&s)) {
+		if (s.end_reason && strcmp(s.end_reason, "expired") == 0)
+			k->expired++;
+		else if (strcmp(before, s.state) != 0)
+			k->failed_stuck++;
+		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson, before,
+			 s.state, s.error ? ": " : "", s.error ? s.error : "");
+		/* its objects were deleted by the transition: not orphans below */
+		for (size_t i = 0; i < s.nvms; i++) {
+			struct obj *o = find_obj(vms, "virtualmachines", s.vms[i].name);
+			if (o)
+				o->done = 1;
+			o = find_obj(secrets, "secrets", s.vms[i].secret);
+			if (o)
+				o->done = 1;
+		}
+	}
+	free(before);
+	session_free(&s);
+}
+
+/* Active sessions whose VM is gone from the cluster (the list was taken
+ * after the snapshot, so their VMs existed before it). */
+static void vanished_one(struct labctx *x, const char *id, struct objs *vms, struct counts *k)
+{
+	struct session s;
+	if (session_load(x, id, &s) != SESSION_FOUND)
+		return;
+	if (session_active(&s) && strcmp(s.runtime, "vm") == 0) {
+		for (size_t i = 0; i < s.nvms; i++) {
+			if (s.vms[i].deleted || find_obj(vms, "virtualmachines", s.vms[i].name))
+				continue;
+			k->vanished++;
+			if (dry_run) {
+				printf("would fail session %s (%s): VM %s vanished\n", s.id, s.user,
+				       s.vms[i].name);
+			} else {
+				char msg[256];
+				snprintf(msg, sizeof msg,
+					 "%s: the VM %s disappeared from the cluster", s.stage,
+					 s.vms[i].name);
+				log_info("session %s (%s): VM %s vanished; failing the session",
+					 s.id, s.user, s.vms[i].name);
+				if (session_finish(x, &s, "failed", "failed", msg) < 0)
+					k->errors++;
+			}
+			break;
+		}
+	}
+	session_free(&s);
+}
+
+static void orphans(struct labctx *x, struct objs *os, char **active, size_t nactive,
+		    struct counts *k)
+{
+	const struct cfg *c = x->cfg;
+	for (size_t i = 0; i < os->n; i++) {
+		struct obj *o = &os->v[i];
+		int is_active = 0;
+		if (o->done)
+			continue;
+		for (size_t j = 0; o->session_id && j < nactive; j++)
+			if (strcmp(active[j], o->session_id) == 0)
+				is_active = 1;
+		if (is_active)
+			continue;
+		char *st = row_state(x, o->session_id);
+		if (st && (strcmp(st, "starting") == 0 || strcmp(st, "ready") == 0)) {
+			free(st); /* became active after the snapshot: an in-flight start */
+			continue;
+		}
+		const char *why = st ? st : "no session row";
+		if (!st && o->age_s < c->orphan_grace_s) {
+			k->kept_young++;
+			log_debug("keeping %s %s: no session yet, %.0fs old (grace %ds)", o->kind,
+				  o->name, o->age_s, c->orphan_grace_s);
+			free(st);
+			continue;
+		}
+		int vm = strcmp(o->kind, "virtualmachines") == 0;
+		if (dry_run) {
+			printf("would delete %s %s (orphan: session %s, %.0fs old)\n",
+			       vm ? "VM" : "Secret", o->name, why, o->age_s);
+		} else {
+			char *path = kube_path(o->kind, c->namespace_, o->name);
+			if (kube_delete(&x->kube, path, "Background")) {
+				log_info("deleted %s %s: orphan (session %s %s, %.0fs old)",
+					 vm ? "VM" : "Secret", o->name,
+					 o->session_id ? o->session_id : "-", why, o->age_s);
+			} else {
+				log_warn("deleting %s %s failed: %s", vm ? "VM" : "Secret", o->name,
+					 x->kube.msg);
+				k->errors++;
+			}
+			free(path);
+		}
+		if (vm)
+			k->orphan_vms++;
+		else
+			k->orphan_secrets++;
+		free(st);
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: labvm-reaper [--dry-run] [--grace SECONDS]\n"
+		   "  Reclaims expired, failed and orphaned lab objects of this environment.\n"
+		   "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg cfg;
+	struct lessons none = { 0 };
+	struct labctx x;
+	struct counts k = { 0 };
+	struct objs vms = { 0 }, secrets = { 0 };
+	char **ids = NULL;
+	size_t nids = 0;
+	char err[1024];
+	int grace = -1, rc = 1;
+	double t0 = util_mono_s();
+
+	log_init("labvm-reaper", LOG_INFO);
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "-n") == 0) {
+			dry_run = 1;
+		} else if (strcmp(argv[i], "--grace") == 0 && i + 1 < argc) {
+			grace = atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (cfg_load(cfg_path(), &cfg, 0, err, sizeof err) < 0) {
+		log_err("config: %s", err);
+		return 1;
+	}
+	if (grace >= 0)
+		cfg.orphan_grace_s = grace;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (labctx_init(&x, &cfg, &none) < 0)
+		return 1;
+
+	const char *pl[1] = { cfg.environment };
+	PGresult *lr = db_exec(&x.db, "SELECT pg_try_advisory_lock(" LOCK_REAPER ", hashtext($1))",
+			       1, pl);
+	if (!lr) {
+		log_err("cannot reach the database: %s", x.db.msg);
+		goto out;
+	}
+	int got = PQgetvalue(lr, 0, 0)[0] == 't';
+	PQclear(lr);
+	if (!got) {
+		printf("labvm-reaper: another run for environment %s holds the lock; exiting\n",
+		       cfg.environment);
+		rc = 0;
+		goto out;
+	}
+	/* 1-2: what the database and the cluster know, or nothing at all */
+	if (active_ids(&x, &ids, &nids) < 0) {
+		log_err("cannot read sessions: %s", x.db.msg);
+		goto out;
+	}
+	if (list_objs(&x, "virtualmachines", &vms) < 0 || list_objs(&x, "secrets", &secrets) < 0) {
+		log_err("cluster lists failed: nothing deleted this run");
+		goto out;
+	}
+	/* 3-5 */
+	for (size_t i = 0; i < nids; i++)
+		advance_one(&x, ids[i], &vms, &secrets, &k);
+	for (size_t i = 0; i < nids; i++)
+		vanished_one(&x, ids[i], &vms, &k);
+	for (size_t i = 0; i < nids; i++)
+		free(ids[i]);
+	free(ids);
+	ids = NULL;
+	if (active_ids(&x, &ids, &nids) < 0) {
+		log_err("cannot read sessions: %s", x.db.msg);
+		goto out;
+	}
+	orphans(&x, &vms, ids, nids, &k);
+	orphans(&x, &secrets, ids, nids, &k);
+	rc = k.errors ? 1 : 0;
+out:
+	printf("labvm-reaper: environment=%s%s sessions=%zu vms=%zu secrets=%zu expired=%d "
+	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d kept_young=%d "
+	       "errors=%d status=%s duration_ms=%.0f\n",
+	       cfg.environment, dry_run ? " dry-run" : "", nids, vms.n, secrets.n, k.expired,
+	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.kept_young, k.errors,
+	       rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
+	for (size_t i = 0; ids && i < nids; i++)
+		free(ids[i]);
+	free(ids);
+	objs_free(&vms);
+	objs_free(&secrets);
+	labctx_cleanup(&x);
+	cfg_free(&cfg);
+	curl_global_cleanup();
+	return rc;
+}
