@@ -179,8 +179,15 @@ static int pg_command(const char *sql)
 	return ok ? 0 : -1;
 }
 
+static void pg_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	log_debug("database: %s", msg);
+}
+
 static int pg_session_setup(void)
 {
+	PQsetNoticeProcessor(W.pg, pg_notice, NULL);
 	if (pg_command("SET statement_timeout = '5s'") < 0 ||
 	    pg_command("SET application_name = 'labvm-console'") < 0 ||
 	    pg_command("LISTEN " DB_CHANNEL) < 0)
