@@ -103,6 +103,10 @@ void router_dispatch(struct req *r)
 	const struct route *found = NULL;
 	struct buf allow = { 0 };
 
+	db_reset_timer(&r->x->db);
+	kube_reset_timer(&r->x->kube);
+	r->x->agent.ms = 0;
+
 	for (size_t i = 0; i < NROUTES; i++) {
 		char *param;
 		if (!match(routes[i].pattern, r->path, &param))
@@ -141,9 +145,6 @@ void router_dispatch(struct req *r)
 	buf_free(&allow);
 	r->route = found->pattern;
 	for (int attempt = 0;; attempt++) {
-		db_reset_timer(&r->x->db);
-		kube_reset_timer(&r->x->kube);
-		r->x->agent.ms = 0;
 		enum hres h = run(r, found);
 		if (h == H_DONE)
 			return;

@@ -64,7 +64,10 @@ int kube_init(struct kube *k, const struct cfg *c)
 		snprintf(k->msg, sizeof k->msg, "curl_easy_init failed");
 		return -1;
 	}
-	return load_token(k);
+	/* a missing token file is not fatal here: every call retries it */
+	if (load_token(k) < 0)
+		log_warn("%s (will retry)", k->msg);
+	return 0;
 }
 
 void kube_cleanup(struct kube *k)
@@ -108,9 +111,8 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	if (out)
 		*out = NULL;
 	k->msg[0] = '\0';
-	if (util_mono_s() - k->token_read_at > TOKEN_REREAD_S && load_token(k) < 0 && !k->hdrs)
-		return 0;
-	if (!k->hdrs && load_token(k) < 0)
+	if ((!k->hdrs || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) &&
+	    load_token(k) < 0 && !k->hdrs)
 		return 0;
 
 	url = xasprintf("%s%s", k->cfg->kube_api, path);
