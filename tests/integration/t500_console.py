@@ -1,0 +1,534 @@
+#!/usr/bin/python3
+# timeout: 600
+"""labvm-console end to end: browser WebSocket through the front end (lighttpd,
+and Apache for one case) -> labvm-console -> the simulator's VMI console (a
+real shell on a pty in the guest).
+
+Flow as the page does it: POST /api/sessions, poll until ready, POST
+/api/sessions/{id}/console-ticket, open ws://<front end><url> with subprotocol
+labvm-console.v1. Tickets the API never hands out (forged, expired, another
+user's, for a session not ready or ended) are minted with tests/lib/labvm_ticket.py.
+"Opens no upstream" is asserted with the bridge's own counters
+(GET /console-stats on its port, not reachable through the front end).
+
+The idle case waits 62 s with no traffic from the client (client pings off):
+only the bridge's WebSocket pings keep lighttpd (max-read-idle 60 s) and the
+upstream alive.
+"""
+import asyncio
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import psycopg2
+import websockets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import labvm_ticket as lt  # noqa: E402
+from tap import T  # noqa: E402
+
+t = T()
+ENV = os.environ
+FRONT = ENV.get("LABVM_LIGHTTPD_URL") or ENV["LABVM_URL"]
+APACHE = ENV.get("LABVM_APACHE_URL")
+CONSOLE = ENV.get("LABVM_CONSOLE_URL", "").replace("ws://", "http://")
+PASSWORD = ENV.get("LABVM_PASSWORD", "labvm")
+DB = ENV["LABVM_DATABASE"]
+ENVIRONMENT = ENV.get("LABVM_ENVIRONMENT", "check")
+KEY = lt.load_key(conf=ENV["LABVM_CONF"])
+PROTO = "labvm-console.v1"
+USER = "student181"      # owns the lab used throughout
+OTHER = "student182"     # another user
+STARTING = "student183"  # owns a session row that never gets ready
+PROMPT = re.compile(rb"[#$] (\x1b\[[0-9;?]*[a-zA-Z])*$")
+
+loop = asyncio.new_event_loop()
+
+
+def run(coro):
+    return loop.run_until_complete(coro)
+
+
+# ------------------------------------------------------------------ HTTP API
+def auth(user):
+    return "Basic " + base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
+
+
+def api(method, path, user=USER, body=None, base=FRONT):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Authorization": auth(user)})
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, raw
+
+
+def stats():
+    with urllib.request.urlopen(CONSOLE + "/console-stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def end_open_sessions(user):
+    st, s = api("GET", "/api/sessions/current", user)
+    if st == 200:
+        api("DELETE", f"/api/sessions/{s['id']}", user)
+
+
+def start_lab(user):
+    end_open_sessions(user)
+    st, s = api("POST", "/api/sessions", user, {"lesson": "linux-basics"})
+    if st != 201:
+        raise AssertionError(f"POST /api/sessions: {st} {s}")
+    deadline = time.monotonic() + 240
+    while s.get("state") == "starting" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        st, s = api("GET", f"/api/sessions/{s['id']}", user)
+    if s.get("state") != "ready":
+        raise AssertionError(f"session did not get ready: {s}")
+    return s
+
+
+def ticket(sid, user=USER):
+    st, b = api("POST", f"/api/sessions/{sid}/console-ticket", user, {})
+    if st != 200:
+        raise AssertionError(f"console-ticket: {st} {b}")
+    return b
+
+
+# ---------------------------------------------------------------- WebSocket
+class Console:
+    """One browser-side connection: collects output bytes and control messages."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.out = bytearray()
+        self.ctl = []
+        self.code = None
+        self.reason = None
+
+    @classmethod
+    async def open(cls, url, user=USER, base=FRONT, timeout=10):
+        ws = await websockets.connect(
+            base.replace("http://", "ws://") + url, subprotocols=[PROTO],
+            extra_headers={"Authorization": auth(user)}, open_timeout=timeout,
+            ping_interval=None, max_size=None, close_timeout=2)
+        return cls(ws)
+
+    async def _recv(self, timeout):
+        try:
+            m = await asyncio.wait_for(self.ws.recv(), timeout)
+        except websockets.ConnectionClosed as e:
+            rc = e.rcvd
+            self.code = rc.code if rc else 1006
+            self.reason = rc.reason if rc else ""
+            return False
+        if isinstance(m, str):
+            self.ctl.append(json.loads(m))
+        else:
+            self.out += m
+        return True
+
+    async def until(self, pred, timeout=10):
+        """Read until pred(self) is true; False on timeout or close."""
+        end = time.monotonic() + timeout
+        while not pred(self):
+            left = end - time.monotonic()
+            if left <= 0 or self.code is not None:
+                return False
+            try:
+                if not await self._recv(left):
+                    return pred(self)
+            except asyncio.TimeoutError:
+                return pred(self)
+        return True
+
+    async def expect(self, needle, timeout=10):
+        return await self.until(lambda c: needle in c.out, timeout)
+
+    async def prompt(self, timeout=10):
+        return await self.until(lambda c: PROMPT.search(bytes(c.out[-64:])) is not None, timeout)
+
+    async def closed(self, timeout=10):
+        await self.until(lambda c: False, timeout)
+        return self.code, self.reason
+
+    async def send(self, data):
+        await self.ws.send(data)
+
+    async def close(self):
+        await self.ws.close()
+
+    def states(self):
+        return [m.get("state") for m in self.ctl if m.get("type") == "status"]
+
+
+async def refused(url, user=USER):
+    """Open url; return (close code, reason, closed-message, status messages)."""
+    c = await Console.open(url, user)
+    code, reason = await c.closed(10)
+    closed = [m for m in c.ctl if m.get("type") == "closed"]
+    return code, reason, closed[0] if closed else None, c.states()
+
+
+def check_refusal(url, want, user=USER, what=""):
+    before = stats()["upstream_connects"]
+    code, reason, closed, states = run(refused(url, user))
+    t.eq(code, want, f"{what}: close code (reason {reason!r})")
+    t.ok(closed is not None and closed.get("code") == code and closed.get("reason") == reason,
+         f"{what}: closed message before the close frame matches", closed)
+    t.eq(states, [], f"{what}: no status message")
+    t.eq(stats()["upstream_connects"], before, f"{what}: no upstream opened")
+    return reason
+
+
+# ------------------------------------------------------------------- fixture
+lab = {}
+
+
+@t.test
+def setup_lab_through_the_api():
+    s = start_lab(USER)
+    lab.update(id=s["id"], vm=s["vms"][0]["name"])
+    b = ticket(s["id"])
+    t.ok(b["url"].startswith("/console/" + s["id"] + "?ticket="), "ticket url", b["url"][:48])
+    t.ok(0 < b["expires_in"] <= 60, "short-lived ticket", b["expires_in"])
+    p = lt.decode(b["ticket"])
+    t.eq((p["sid"], p["u"], p["vm"]), (s["id"], USER, lab["vm"]), "ticket binds session/user/vm")
+
+
+def need_lab():
+    t.require("id" in lab, "no lab (setup failed)")
+
+
+@t.test
+def echo_hello_through_lighttpd():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        t.ok(await c.prompt(15), "prompt", bytes(c.out[-200:]))
+        t.eq(c.states()[-1:], ["open"], "status open")
+        await c.send(b"echo hel''lo\r")
+        t.ok(await c.expect(b"\r\nhello\r\n", 10), "hello comes back", bytes(c.out[-200:]))
+        await c.close()
+    run(go())
+
+
+@t.test
+def keystroke_is_relayed_at_once():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        await c.prompt(15)
+        n = len(c.out)
+        t0 = time.monotonic()
+        await c.send(b"x")  # one byte, no newline: the echo must come back alone
+        ok = await c.until(lambda x: b"x" in x.out[n:], 5)
+        t.ok(ok, "single keystroke echoed")
+        t.ok(time.monotonic() - t0 < 1.0, "within a second", time.monotonic() - t0)
+        await c.send(b"\x15")  # ^U: erase the line again
+        await c.close()
+    run(go())
+
+
+@t.test
+def seq_200000_arrives_complete_and_in_order():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        await c.prompt(15)
+        c.out.clear()
+        await c.send(b"seq 1 200000; echo END-$((6*7))\r")
+        ok = await c.expect(b"\r\nEND-42\r\n", 120)
+        t.require(ok, f"END marker: got {len(c.out)} bytes, tail {bytes(c.out[-120:])!r}")
+        body = bytes(c.out)
+        start = body.index(b"\r\n1\r\n") + 2
+        stop = body.index(b"\r\nEND-42\r\n")
+        nums = body[start:stop].split(b"\r\n")
+        t.eq(len(nums), 200000, "line count")
+        t.ok(nums == [str(i).encode() for i in range(1, 200001)], "every number, in order",
+             [n for i, n in enumerate(nums[:200000]) if n != str(i + 1).encode()][:5])
+        await c.close()
+    run(go())
+
+
+@t.test
+def second_tab_shares_the_console():
+    need_lab()
+
+    async def go():
+        a = await Console.open(ticket(lab["id"])["url"])
+        await a.prompt(15)
+        b = await Console.open(ticket(lab["id"])["url"])
+        t.ok(await b.until(lambda c: "open" in c.states(), 5), "second tab open", b.ctl)
+        await b.send(b"echo tab''b\r")
+        t.ok(await b.expect(b"\r\ntabb\r\n", 10), "second tab sees its output")
+        t.ok(await a.expect(b"\r\ntabb\r\n", 10), "first tab sees it too")
+        await a.send(b"echo tab''a\r")
+        t.ok(await a.expect(b"\r\ntaba\r\n", 10), "first tab still works (not kicked)")
+        t.ok(await b.expect(b"\r\ntaba\r\n", 10), "and the second sees it")
+        t.eq((a.code, b.code), (None, None), "neither was closed")
+        await a.close()
+        await b.close()
+    run(go())
+
+
+@t.test
+def reconnect_replays_the_prompt():
+    need_lab()
+
+    async def go():
+        a = await Console.open(ticket(lab["id"])["url"])
+        await a.prompt(15)
+        await a.send(b"echo before-reconnect\r")
+        await a.expect(b"\r\nbefore-reconnect\r\n")
+        await a.prompt(5)
+        await a.close()
+        await asyncio.sleep(0.5)
+        b = await Console.open(ticket(lab["id"])["url"])
+        # nothing typed: the replay alone must show the prompt at once
+        t.ok(await b.prompt(3), "prompt replayed", bytes(b.out[-200:]))
+        t.ok(b"before-reconnect" in b.out, "recent output replayed")
+        t.eq(b.states()[:1], ["open"], "status open first")
+        await b.send(b"echo after-reconnect\r")
+        t.ok(await b.expect(b"\r\nafter-reconnect\r\n"), "console works after reconnect")
+        await b.close()
+    run(go())
+
+
+@t.test(skip=None if APACHE else "no Apache front end in this stack")
+def echo_hello_through_apache():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"], USER)["url"], base=APACHE)
+        await c.prompt(15)
+        await c.send(b"echo apa''che\r")
+        t.ok(await c.expect(b"\r\napache\r\n", 10), "apache relays", bytes(c.out[-200:]))
+        await c.close()
+    run(go())
+
+
+# ------------------------------------------------------------- authz matrix
+starting = {}
+
+
+@t.test
+def authz_no_ticket():
+    need_lab()
+    check_refusal(f"/console/{lab['id']}", 4401, what="no ticket")
+    check_refusal(f"/console/{lab['id']}?ticket=", 4401, what="empty ticket")
+    check_refusal(f"/console/{lab['id']}?ticket=v1.garbage", 4401, what="garbage ticket")
+
+
+@t.test
+def authz_bad_url():
+    need_lab()
+    tk = lt.make(KEY, lab["id"], USER, lab["vm"])
+    check_refusal(f"/console/not-a-session?ticket={tk}", 4400, what="no session id")
+
+
+@t.test
+def authz_forged_signature():
+    need_lab()
+    real = ticket(lab["id"])["ticket"]
+    check_refusal(f"/console/{lab['id']}?ticket={lt.forge(real)}", 4401, what="forged")
+    other_key = lt.make(b"x" * 64, lab["id"], USER, lab["vm"])
+    check_refusal(f"/console/{lab['id']}?ticket={other_key}", 4401, what="signed with another key")
+
+
+@t.test
+def authz_expired():
+    need_lab()
+    tk = lt.make(KEY, lab["id"], USER, lab["vm"], exp=int(time.time()) - 5)
+    r = check_refusal(f"/console/{lab['id']}?ticket={tk}", 4401, what="expired")
+    t.ok("expired" in r, "reason says expired", r)
+
+
+@t.test
+def authz_replayed():
+    need_lab()
+    url = ticket(lab["id"])["url"]
+
+    async def first():
+        c = await Console.open(url)
+        ok = await c.prompt(15)
+        await c.close()
+        return ok
+    t.ok(run(first()), "first use works")
+    r = check_refusal(url, 4401, what="replayed")
+    t.ok("used" in r, "reason says already used", r)
+
+
+@t.test
+def authz_another_users_ticket():
+    need_lab()
+    tk = lt.make(KEY, lab["id"], OTHER, lab["vm"])
+    r = check_refusal(f"/console/{lab['id']}?ticket={tk}", 4403, user=OTHER,
+                      what="ticket for another user")
+    t.ok("user" in r, "reason names the user", r)
+    # a real ticket of one session used on another session's URL
+    real = ticket(lab["id"])["ticket"]
+    check_refusal(f"/console/{uuid.uuid4()}?ticket={real}", 4403, what="ticket for another session")
+    tk = lt.make(KEY, lab["id"], USER, "some-other-vm")
+    check_refusal(f"/console/{lab['id']}?ticket={tk}", 4403, what="ticket for another vm")
+
+
+@t.test
+def authz_session_not_ready():
+    sid = str(uuid.uuid4())
+    vm = "lab-notready-" + sid[:8]
+    with psycopg2.connect(DB) as db, db.cursor() as cur:
+        cur.execute("UPDATE sessions SET state = 'ended', ended_at = now() WHERE user_name = %s "
+                    "AND environment = %s AND state IN ('starting', 'ready')",
+                    (STARTING, ENVIRONMENT))
+        cur.execute("INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, "
+                    "expires_at) VALUES (%s, %s, 'linux-basics', 'vm', %s, 'starting', "
+                    "now() + interval '1 hour')", (sid, STARTING, ENVIRONMENT))
+        cur.execute("INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
+                    "VALUES (%s, %s, 'none', 'none')", (sid, vm))
+    starting.update(id=sid, vm=vm)
+    try:
+        tk = lt.make(KEY, sid, STARTING, vm)
+        r = check_refusal(f"/console/{sid}?ticket={tk}", 4409, user=STARTING, what="starting")
+        t.ok("ready" in r, "reason says not ready", r)
+    finally:
+        with psycopg2.connect(DB) as db, db.cursor() as cur:
+            cur.execute("DELETE FROM sessions WHERE id = %s", (sid,))
+
+
+@t.test
+def stats_not_reachable_through_the_front_end():
+    st, _ = api("GET", "/console-stats")
+    t.ok(st in (403, 404), "front end does not serve /console-stats", st)
+
+
+# ---------------------------------------------------------------- keepalive
+@t.test
+def idle_console_survives_60s():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        t.require(await c.prompt(15), "prompt")
+        await asyncio.sleep(62)  # no client traffic at all (client pings are off)
+        t.eq(c.code, None, "still open after 62 s idle")
+        await c.send(b"echo after-i''dle\r")
+        t.ok(await c.expect(b"\r\nafter-idle\r\n", 10), "works after 62 s idle",
+             (c.code, c.reason, bytes(c.out[-200:])))
+        await c.close()
+    run(go())
+
+
+# ------------------------------------------------------- takeover, SIGTERM
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@t.test
+def upstream_taken_over_closes_browser_and_sigterm_closes_cleanly():
+    """A second bridge (as another KubeVirt console client would) kicks the
+    first one's upstream: the browser on the first bridge is closed with 4502.
+    Then SIGTERM on the second bridge closes its console with 1001 and exits 0."""
+    need_lab()
+    port = free_port()
+    conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
+    with open(ENV["LABVM_CONF"]) as f:
+        for line in f:
+            if not line.split("=")[0].strip() in ("console_listen",):
+                conf.write(line)
+    conf.write(f"console_listen = 127.0.0.1:{port}\n")
+    conf.close()
+    exe = os.path.join(ENV.get("LABVM_BIN", "build/bin"), "labvm-console")
+    logf = open(os.path.join(ENV.get("LABVM_STATE", "/tmp"), "logs", "t500-console-2.log"), "ab")
+    p = subprocess.Popen([exe], env=dict(ENV, LABVM_CONF=conf.name), stdout=logf,
+                         stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                t.require(time.monotonic() < deadline and p.poll() is None, "bridge 2 up")
+                time.sleep(0.05)
+
+        async def go():
+            a = await Console.open(ticket(lab["id"])["url"])
+            t.require(await a.prompt(15), "console on bridge 1")
+            b = await Console.open(ticket(lab["id"])["url"], base=f"http://127.0.0.1:{port}")
+            t.ok(await b.until(lambda c: "open" in c.states(), 10), "bridge 2 open", b.ctl)
+            code, reason = await a.closed(10)
+            t.eq(code, 4502, f"bridge 1's browser closed when its upstream was kicked ({reason})")
+            await b.send(b"echo on-bridge-2\r")
+            t.ok(await b.expect(b"\r\non-bridge-2\r\n"), "bridge 2 relays")
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            code, reason = await b.closed(5)
+            t.eq(code, 1001, f"SIGTERM closes with 1001 ({reason})")
+            closed = [m for m in b.ctl if m.get("type") == "closed"]
+            t.ok(closed and closed[0]["code"] == 1001, "closed message first", b.ctl)
+            t.ok(time.monotonic() - t0 < 3, "within 3 s", time.monotonic() - t0)
+        run(go())
+        t.eq(p.wait(10), 0, "bridge 2 exit status")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        logf.close()
+        os.unlink(conf.name)
+
+
+# -------------------------------------------------------------- session end
+@t.test
+def ending_the_session_closes_the_console():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        t.require(await c.prompt(15), "prompt (a fresh upstream after the takeover)")
+        t0 = time.monotonic()
+        st, s = api("DELETE", f"/api/sessions/{lab['id']}")
+        t.eq((st, s.get("state")), (200, "ended"), "DELETE")
+        code, reason = await c.closed(10)
+        t.eq(code, 4410, f"closed as ended ({reason})")
+        t.ok(time.monotonic() - t0 < 6, "within seconds", time.monotonic() - t0)
+    run(go())
+    st, b = api("POST", f"/api/sessions/{lab['id']}/console-ticket", USER, {})
+    t.eq(st, 409, "no ticket for an ended session")
+    tk = lt.make(KEY, lab["id"], USER, lab["vm"])
+    check_refusal(f"/console/{lab['id']}?ticket={tk}", 4410, what="ended")
+    lab.clear()
+
+
+@t.test
+def cleanup():
+    for u in (USER, OTHER):
+        end_open_sessions(u)
+    s = stats()
+    t.eq(s["browsers"], 0, "no browser left on the bridge")
+
+
+t.done()
