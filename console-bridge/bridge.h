@@ -61,7 +61,6 @@
 #define BS_UP_HIGH          (64 * 1024)  /* pause browser RX when the upstream queue exceeds */
 #define BS_UP_LOW           (16 * 1024)  /* ... resume below */
 #define BS_RING_SIZE        (8 * 1024)   /* replayed to a (re)connecting browser */
-#define BS_MAX_CONNS        8            /* browser connections per session */
 #define BS_CHECK_TIMEOUT_S  10           /* database check */
 #define BS_UP_TIMEOUT_S     15           /* upstream handshake */
 #define BS_RECHECK_S        5            /* re-check open sessions in the database */

@@ -205,7 +205,7 @@ int bs_attach(struct bconn *c)
 		bs_close(s, BS_CLOSE_ENDED, "session changed");
 		s = NULL;
 	}
-	if (s && s->nconns >= BS_MAX_CONNS) {
+	if (s && s->nconns >= B->cfg.console_max_per_session) {
 		bc_close(c, BS_CLOSE_TOO_MANY, "too many consoles open for this session", 0);
 		return -1;
 	}

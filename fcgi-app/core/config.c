@@ -49,6 +49,7 @@ static const struct cfg_key keys[] = {
 	S(console_path, "/console/"),
 	I(console_ping_s, "10", 1, 600),
 	I(console_linger_s, "120", 0, 86400),
+	I(console_max_per_session, "8", 1, 100000),
 	I(orphan_grace_s, "120", 0, 86400),
 	S(log_level, "info"),
 };

@@ -34,6 +34,7 @@ struct cfg {
 	char *console_path;         /* URL path the browser uses, e.g. /console/ */
 	int console_ping_s;
 	int console_linger_s;     /* keep a console's upstream open this long after its last browser */
+	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
 	char *log_level;
 
