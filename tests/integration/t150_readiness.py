@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Ready means ready: two-stage readiness (VMI Running, then the guest
+agent's ready flag), honest failures at the deadlines, and grading through
+the agent."""
+import http.client
+import json
+import threading
+import time
+
+from labtest import Api, Db, Kube, reset_world, vm_of, wait_until
+from tap import T
+
+t = T()
+kube = Kube()
+db = Db()
+reset_world(kube, db)
+ORDER = ["submitted", "scheduling", "booting", "setting_up", "ready"]
+
+
+def agent(sid, path, token=True, method="GET", body=None):
+    ip, tok = db.one("SELECT ip, agent_token FROM session_vms WHERE session_id = %s", sid)
+    c = http.client.HTTPConnection(ip, 8899, timeout=5)
+    h = {"Authorization": f"Bearer {tok}"} if token is True else (
+        {"Authorization": f"Bearer {token}"} if token else {})
+    c.request(method, path, body=json.dumps(body) if body else None, headers=h)
+    r = c.getresponse()
+    out = r.status, json.loads(r.read() or b"null")
+    c.close()
+    return out
+
+
+@t.test(name="starting -> ready through the stages; submitted_at < running_at <= ready_at")
+def to_ready():
+    api = Api("student201")
+    s = api.start("linux-basics").json
+    seen = [s["stage"]]
+    pollers_running_at = set()
+    stop = threading.Event()
+
+    def poll_other():
+        other = Api("student201")
+        while not stop.is_set():
+            r = other.get(s["id"]).json
+            if r["running_at"]:
+                pollers_running_at.add(r["running_at"])
+            time.sleep(0.05)
+    ths = [threading.Thread(target=poll_other) for _ in range(3)]
+    for th in ths:
+        th.start()
+    try:
+        def step():
+            cur = api.get(s["id"]).json
+            if cur["stage"] != seen[-1]:
+                seen.append(cur["stage"])
+            return cur if cur["state"] != "starting" else None
+        final = wait_until(step, 60, 0.05, "leaving starting")
+    finally:
+        stop.set()
+        for th in ths:
+            th.join()
+    t.eq(final["state"], "ready", "ready", final.get("error"))
+    t.ok(all(x in ORDER for x in seen) and seen == sorted(seen, key=ORDER.index),
+         "stages only move forward", seen)
+    t.eq(seen[-1], "ready", "the last stage is ready")
+    t.ok(final["submitted_at"] < final["running_at"] <= final["ready_at"],
+         "submitted_at < running_at <= ready_at", final)
+    t.ok(pollers_running_at <= {final["running_at"]},
+         "every concurrent poller saw the same running_at (recorded once)", pollers_running_at)
+    t.eq(db.one("SELECT stage, state FROM sessions WHERE id = %s", s["id"]), ("ready", "ready"),
+         "the row agrees")
+    api.end(s["id"])
+
+
+@t.test(name="the agent: 403 without or with a wrong token; /ready 503 while setup runs, 200 after")
+def agent_ready():
+    api = Api("student202")
+    s = api.start("test-slow-setup").json
+    wait_until(lambda: api.get(s["id"]).json["running_at"], 30, 0.05, "VMI Running")
+    wait_until(lambda: db.one("SELECT ip FROM session_vms WHERE session_id = %s", s["id"])[0],
+               10, what="the VMI address recorded")
+
+    def answered():
+        try:
+            return agent(s["id"], "/ready")
+        except OSError:
+            return None
+    st, body = wait_until(answered, 20, 0.05, "the agent listening")
+    t.eq(agent(s["id"], "/ready", token=None)[0], 403, "no token: 403")
+    t.eq(agent(s["id"], "/ready", token="wrong-token")[0], 403, "wrong token: 403")
+    t.eq(st, 503, "not ready while setup sleeps")
+    t.ok(body.get("state") in ("booting", "setup_running"), "says what it is doing", body)
+    cur = api.get(s["id"]).json
+    t.eq((cur["state"], cur["stage"]), ("starting", "setting_up"), "the API waits for the guest")
+    final = api.wait_state(s["id"], ("ready", "failed"), 30)
+    t.eq(final["state"], "ready", "ready after setup", final.get("error"))
+    st, body = agent(s["id"], "/ready")
+    t.eq((st, body.get("ready")), (200, True), "/ready 200 now")
+    g = api.grade(s["id"]).json
+    t.eq(g["steps"][0]["passed"], True, "setup had finished before the student got in")
+    api.end(s["id"])
+
+
+@t.test(name="a failing setup ends failed with the setup's error; its VM is deleted")
+def setup_fails():
+    api = Api("student203")
+    s = api.start("broken-setup").json
+    final = api.wait_state(s["id"], ("ready", "failed"), 90)
+    t.eq(final["state"], "failed", "failed, not ready")
+    t.eq(final["end_reason"], "failed", "end_reason")
+    t.ok("setting_up" in final["error"] and "exit code 3" in final["error"],
+         "the error names the stage and the exit code", final["error"])
+    t.ok("lab data archive not found" in final["error"], "and carries the setup's output")
+    t.eq(kube.get("secrets", vm_of(final) + "-cloudinit").status, 404, "Secret deleted")
+    wait_until(lambda: kube.get("virtualmachines", vm_of(final)).status == 404, 15,
+               what="VM deleted")
+    t.eq(api.current().status, 404, "no open session: the student can start again")
+    t.eq(api.grade(s["id"]).status, 409, "grading a failed session is 409")
+
+
+@t.test(name="a setup that never finishes fails at ready_timeout_s, naming the stage")
+def never_ready():
+    api = Api("student204")
+    s = api.start("test-never-ready").json
+    final = api.wait_state(s["id"], ("ready", "failed"), 60)
+    t.eq(final["state"], "failed", "failed")
+    t.ok(final["error"].startswith("setting_up:") and "3 s" in final["error"],
+         "names the stage and the deadline", final["error"])
+    t.ok("setup_running" in final["error"] or "download that never comes" in final["error"],
+         "with what the agent knew", final["error"])
+    wait_until(lambda: kube.get("virtualmachines", vm_of(final)).status == 404, 15,
+               what="VM deleted")
+
+
+@t.test(name="a VMI that never runs (no node fits) fails at running_timeout_s")
+def unschedulable():
+    api = Api("student205")
+    s = api.start("test-unschedulable").json
+    t.eq(api.grade(s["id"]).status, 409, "grading while starting is 409 not_ready")
+    t.eq(api.ticket(s["id"]).status, 409, "no console ticket while starting")
+    final = api.wait_state(s["id"], ("ready", "failed"), 40)
+    t.eq(final["state"], "failed", "failed")
+    t.ok(final["error"].startswith("scheduling:") and "within 3 s" in final["error"],
+         "names the stage and the deadline", final["error"])
+    t.eq(final["running_at"], None, "never ran")
+    wait_until(lambda: kube.get("virtualmachines", vm_of(final)).status == 404, 15,
+               what="VM deleted")
+
+
+@t.test(name="grading: 8 steps, results change when the student fixes the lab")
+def grading():
+    api = Api("student206")
+    s = api.start("linux-basics").json
+    s = api.wait_state(s["id"], ("ready", "failed"), 60)
+    t.require(s["state"] == "ready", f"ready: {s.get('error')}")
+    g = api.grade(s["id"])
+    t.eq(g.status, 200, "status")
+    g = g.json
+    t.eq(g["total"], 8, "8 steps")
+    t.eq([x["passed"] for x in g["steps"]], [True, True] + [False] * 6, "before the work")
+    t.ok(all(set(x) >= {"name", "passed", "output"} for x in g["steps"]), "step fields")
+    vm = vm_of(s)
+    fix = ("echo hello > /root/hello.txt && chmod +x /root/lab/run.sh && "
+           "chmod 600 /root/lab/secret.txt && mkdir -p /root/lab/out && /root/lab/run.sh")
+    r = kube.guest_exec(vm, fix)
+    t.eq(r["exit_code"], 0, "the fix ran in the guest", r)
+    g2 = api.grade(s["id"]).json
+    t.eq([x["passed"] for x in g2["steps"]], [True] * 7 + [False], "after most of the work")
+    t.eq(g2["passed"], 7, "7 passed")
+    t.ok("student" in g2["steps"][7]["output"] or g2["steps"][7]["output"] != "",
+         "the failing step shows its output", g2["steps"][7])
+    kube.guest_exec(vm, "useradd student || adduser --disabled-password --gecos '' student")
+    g3 = api.grade(s["id"]).json
+    t.eq((g3["passed"], g3["total"]), (8, 8), "all pass at the end")
+    stored = api.get(s["id"]).json["last_grade"]
+    t.eq((stored or {}).get("passed"), 8, "the last grade is stored with the session")
+    t.ok((stored or {}).get("graded_at"), "with its time")
+    kube.guest_exec(vm, "pkill -f /opt/labvm/agent.py; true")
+    r = api.grade(s["id"])
+    t.eq((r.status, (r.json or {}).get("error")), (502, "agent_unreachable"),
+         "agent gone: 502 with a clear error")
+    api.end(s["id"])
+
+
+reset_world(kube, db)
+t.done()

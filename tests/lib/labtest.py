@@ -1,0 +1,49 @@
+"""Shared fixtures for labvm's integration suites (the stack is up)."""
+import os
+import time
+
+from labclient import Api, Db, Kube, env, wait_until
+
+PREFIX = "labvm.io"
+
+
+def reset_world(kube=None, db=None):
+    """Leave nothing of earlier suites: faults cleared, the API up, this
+    environment's sessions ended and its lab objects gone (the cluster then
+    holds no lab VM of any environment this check created)."""
+    kube = kube or Kube()
+    db = db or Db()
+    kube.up()
+    kube.clear_faults()
+    envname = env("LABVM_ENVIRONMENT")
+    db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
+             "WHERE state IN ('starting', 'ready')")
+    for kind in ("virtualmachines", "secrets"):
+        for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
+            kube.delete(kind, o["metadata"]["name"])
+    wait_until(lambda: not kube.list("virtualmachines", f"{PREFIX}/lab-session=true"),
+               timeout=30, what=f"no lab VMs left (environment {envname} and others)")
+
+
+def users(first, n):
+    return [f"student{i}" for i in range(first, first + n)]
+
+
+def vm_of(session):
+    return session["vms"][0]["name"]
+
+
+def secret_of(session):
+    return vm_of(session) + "-cloudinit"
+
+
+def frontends():
+    """(name, base URL) of every front end of the stack."""
+    out = []
+    for fe in os.environ.get("LABVM_FRONTENDS", "lighttpd").split():
+        out.append((fe, os.environ[f"LABVM_{fe.upper()}_URL"]))
+    return out
+
+
+__all__ = ["Api", "Db", "Kube", "env", "wait_until", "reset_world", "users", "vm_of",
+           "secret_of", "frontends", "PREFIX", "time"]
