@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Every manifest labvm can produce (tool_manifests over the shipped and
+test lessons) validates strictly against the upstream schemas, and every
+cloud-config parses as cloud-init would and keeps labvm's order: agent
+first, lab files, setup, and the ready flag last. The NetworkPolicy in
+conf/k8s validates against the networking.k8s.io OpenAPI document."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import shutil
+
+import yaml
+
+SRC = os.environ.get("LABVM_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SRC, "tests", "kubesim"))
+sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
+
+import resources  # noqa: E402  (the simulator's resource table)
+import schema  # noqa: E402  (the simulator's strict validator)
+from tap import T  # noqa: E402
+
+t = T()
+BIN = os.environ.get("LABVM_BIN") or os.path.join(SRC, "build", "bin")
+TOOL = os.path.join(BIN, "..", "tests", "tool_manifests")
+
+lessons = tempfile.mkdtemp()
+for d in ("conf/lessons", "tests/lessons"):
+    for n in os.listdir(os.path.join(SRC, d)):
+        shutil.copy(os.path.join(SRC, d, n), lessons)
+docs = [json.loads(line) for line in
+        subprocess.run([TOOL, lessons], check=True, capture_output=True, text=True).stdout.splitlines()]
+shutil.rmtree(lessons)
+v = schema.Validator()
+
+
+@t.test(name="the upstream schemas are present (validation cannot silently pass)")
+def schemas_present():
+    t.ok(v.kv is not None and v.cdi is not None, "kubevirt and cdi swagger loaded", v.ref)
+    t.ok(v.models.mod is not None, "python3-kubernetes models loaded for core kinds")
+
+
+def resource_of(obj):
+    group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+    return resources.BY_KIND[(group, obj["kind"])]
+
+
+objs = [d for d in docs if d.get("kind") in ("VirtualMachine", "Secret")]
+cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
+
+
+@t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets) validate strictly")
+def manifests_validate():
+    t.ok(len(objs) >= 10, "enough manifests produced", len(objs))
+    kinds = {(o["kind"], next((vol for vol in o.get("spec", {}).get("template", {}).get("spec", {})
+                               .get("volumes", []) if vol["name"] == "rootdisk"), {}).keys()
+              .__str__()) for o in objs}
+    t.ok(any("ephemeral" in k[1] for k in kinds) and any("containerDisk" in k[1] for k in kinds)
+         and any("dataVolume" in k[1] for k in kinds), "every root disk kind covered", kinds)
+    for o in objs:
+        errs = v.validate(resource_of(o), o)
+        t.ok(not errs, f"{o['kind']} {o['metadata']['name']} ({o['metadata']['labels'].get('labvm.io/lesson')})",
+             [f"{e.path}: {e.msg}" for e in errs])
+
+
+@t.test(name="a schema violation is caught (the validator is not a no-op)")
+def validator_bites():
+    vm = json.loads(json.dumps(next(o for o in objs if o["kind"] == "VirtualMachine")))
+    vm["spec"]["template"]["spec"]["domain"]["cpu"]["corez"] = 1
+    t.ok(v.validate(resource_of(vm), vm), "an unknown field is an error")
+    vm = json.loads(json.dumps(next(o for o in objs if o["kind"] == "VirtualMachine")))
+    vm["spec"]["runStrategy"] = 5
+    t.ok(v.validate(resource_of(vm), vm), "a mistyped field is an error")
+
+
+@t.test(name="no manifest carries inline user-data; every VM uses the Secret")
+def no_inline():
+    for o in objs:
+        if o["kind"] != "VirtualMachine":
+            continue
+        ci = [vol for vol in o["spec"]["template"]["spec"]["volumes"] if "cloudInitNoCloud" in vol]
+        t.eq([list(c["cloudInitNoCloud"]) for c in ci], [["secretRef"]], o["metadata"]["name"])
+
+
+CLOUD_INIT_KEYS = {"bootcmd", "write_files", "runcmd"}
+
+
+@t.test(name=f"{len(cfgs)} cloud-configs: agent first, lab files, setup, ready flag last")
+def cloud_configs():
+    agent = open(os.path.join(SRC, "fcgi-app", "guest", "agent.py")).read()
+    for d in cfgs:
+        ud = d["userdata"]
+        lesson = json.load(open(next(os.path.join(SRC, p, f"{d['lesson']}.json")
+                                     for p in ("conf/lessons", "tests/lessons")
+                                     if os.path.exists(os.path.join(SRC, p, f"{d['lesson']}.json")))))
+        t.ok(ud.startswith("#cloud-config\n"), f"{d['lesson']}: #cloud-config header")
+        cc = yaml.safe_load(ud)
+        t.eq(set(cc), CLOUD_INIT_KEYS, f"{d['lesson']}: only modules cloud-init runs")
+        files = cc["write_files"]
+        paths = [f["path"] for f in files]
+        want = (["/opt/labvm/agent.py", "/etc/labvm/agent-token",
+                 "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"]
+                + [f["path"] for f in lesson.get("files", [])] + ["/opt/labvm/setup.sh"])
+        t.eq(paths, want, f"{d['lesson']}: write_files order")
+        t.eq(files[0]["content"], agent, f"{d['lesson']}: the agent is embedded verbatim")
+        t.eq(files[1]["permissions"], "0600", f"{d['lesson']}: token file mode")
+        t.ok("--autologin root" in files[2]["content"] and "ExecStart=\n" in files[2]["content"],
+             f"{d['lesson']}: autologin drop-in clears and sets ExecStart")
+        t.ok(all(isinstance(f["permissions"], str) for f in files),
+             f"{d['lesson']}: modes stay strings (YAML would read 0644 as a number)")
+        t.ok(all(isinstance(c, list) for c in cc["bootcmd"] + cc["runcmd"]),
+             f"{d['lesson']}: commands are argv lists")
+        t.ok("agent.py" in " ".join(cc["bootcmd"][0]), f"{d['lesson']}: the agent starts in bootcmd")
+        run = [" ".join(c) for c in cc["runcmd"]]
+        t.ok("setup.sh" in run[-2] and "setup.rc" in run[-2], f"{d['lesson']}: setup then its rc")
+        t.ok(run[-1].startswith("sh -c [ \"$(cat /var/lib/labvm/setup.rc") and
+             run[-1].endswith("touch /var/lib/labvm/ready"),
+             f"{d['lesson']}: the last line creates the flag only after setup exited 0", run[-1])
+
+
+@t.test(name="the NetworkPolicy in conf/k8s validates against networking.k8s.io/v1")
+def network_policy():
+    ref = v.ref
+    doc = json.load(open(os.path.join(ref, "k8s-networking.k8s.io-v1-openapi.json")))
+    comps = doc["components"]["schemas"]
+
+    def check(s, val, path, errs):
+        while "$ref" in s:
+            s = comps[s["$ref"].split("/")[-1]]
+        if "allOf" in s:
+            for sub in s["allOf"]:
+                check(sub, val, path, errs)
+            return
+        typ = s.get("type")
+        if s.get("x-kubernetes-int-or-string") or s.get("format") == "int-or-string":
+            if not isinstance(val, (int, str)):
+                errs.append(f"{path}: want int or string")
+            return
+        if typ == "object" or "properties" in s:
+            if not isinstance(val, dict):
+                errs.append(f"{path}: want object")
+                return
+            props = s.get("properties", {})
+            for k, x in val.items():
+                if k in props:
+                    check(props[k], x, f"{path}.{k}", errs)
+                elif "additionalProperties" in s:
+                    check(s["additionalProperties"], x, f"{path}.{k}", errs)
+                else:
+                    errs.append(f"{path}.{k}: unknown field")
+            for k in s.get("required", []):
+                if k not in val:
+                    errs.append(f"{path}.{k}: required")
+        elif typ == "array":
+            if not isinstance(val, list):
+                errs.append(f"{path}: want array")
+                return
+            for i, x in enumerate(val):
+                check(s.get("items", {}), x, f"{path}[{i}]", errs)
+        elif typ == "string" and not isinstance(val, str):
+            errs.append(f"{path}: want string")
+        elif typ == "integer" and not (isinstance(val, int) and not isinstance(val, bool)):
+            errs.append(f"{path}: want integer")
+        elif typ == "boolean" and not isinstance(val, bool):
+            errs.append(f"{path}: want boolean")
+    name = next(k for k in comps if k.endswith("networking.v1.NetworkPolicy"))
+    for npol in yaml.safe_load_all(open(os.path.join(SRC, "conf", "k8s", "networkpolicy.yaml"))):
+        errs = []
+        check({"$ref": f"#/components/schemas/{name}"}, npol, "", errs)
+        t.ok(not errs, f"NetworkPolicy {npol['metadata']['name']}", errs)
+        spec = npol["spec"]
+        t.eq(sorted(spec["policyTypes"]), ["Egress", "Ingress"], "both directions isolated")
+        t.eq([p["port"] for r in spec["ingress"] for p in r["ports"]], [8899],
+             "ingress only to the agent port")
+        bad = dict(npol, spec=dict(spec, podSelectr={}))
+        errs = []
+        check({"$ref": f"#/components/schemas/{name}"}, bad, "", errs)
+        t.ok(errs, "a misspelt field would be caught")
+
+
+t.done()
