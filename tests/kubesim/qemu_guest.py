@@ -29,23 +29,34 @@ the image that `tests/kubesim/guest-image/build` makes (raw ext4 `base.img`,
   `kvm_pvm` crashes guests), otherwise TCG; a watchdog kills QEMU when its log
   shows `internal error` (a KVM emulation failure pauses QEMU forever).
 
-Interface (the simulator's guest driver contract):
+Interface: the guest-driver contract of guests.py (ProcessGuest), plus a few
+extras:
 
     g = QemuGuest(name, workdir, userdata, ip, memory_mib, cpus, disk,
+                  boot_delay=0.0, env=None, hostname=None, log=None,
                   agent_port=8899, image_dir=None)
     g.start()            # non-blocking: overlay + seed + launch; raises GuestError
     g.alive()            # the QEMU process runs (False after a guest poweroff)
-    s = g.console()      # connected socket, raw bytes both ways
-    rc, out = g.exec(cmd, timeout)   # through the guest agent (once it runs)
-    g.stop()             # ACPI powerdown, kill after a few seconds; cleans up
-    g.rss()              # bytes resident of the QEMU process
+    s = g.console()      # connected socket, raw bytes both ways; kicks the previous one
+    rc, out, err = g.exec(cmd, timeout)   # sh -c cmd as root, via the guest agent
+    g.stop()             # ACPI powerdown, kill after 5 s; removes overlay, seed, sockets
+    g.rss(), g.pss()     # bytes of the QEMU process
+    extras: g.started_at, g.first_serial_at (monotonic), g.error (why QEMU
+    was killed), g.exit_code(), g.serial_log(), g.agent_connected(),
+    g.qmp(cmd), console(replay=True)
 
-`disk` is one of {"kind": "containerdisk", "image": ...},
-{"kind": "ephemeral", "pvc": ...}, {"kind": "pvc", "pvc": ...} (all a
-throw-away overlay on base.img) or {"kind": "datavolume", "name": ...,
-"path": FILE}: a DataVolume is a clone that outlives the VM, so with "path" the
-overlay lives there (created on first use, kept by stop()); without "path" it
-is throw-away like the others.
+boot_delay is ignored (a real guest takes its own time) and so is env: the
+process guests' LABVM_AGENT_LISTEN=<ip>:8899 must not reach a real guest,
+whose agent listens on 0.0.0.0:8899 behind the port forward. `hostname`
+(default: name) is the NoCloud local-hostname.
+
+`disk` is {"kind": "containerDisk", "image": ...}, {"kind": "ephemeral",
+"claimName": ...}, {"kind": "dataVolume", "name": ...} or {"kind":
+"persistentVolumeClaim", "claimName": ...} (kinds compared case-blind): all a
+throw-away qcow2 overlay on base.img, except that a dataVolume or
+persistentVolumeClaim disk with a "path" key keeps its overlay at that path
+(created on first use, kept by stop()), so that its writes outlive the VM as
+a real clone's would.
 
 Memory and CPUs are clamped to what this machine holds (`node_capacity()`);
 placement (refusing VMIs that do not fit) is the simulator's job, with
@@ -65,7 +76,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import weakref
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE_BUILD = os.path.join(REPO, "tests", "kubesim", "guest-image", "build")
@@ -149,7 +159,48 @@ def build_image(image_dir=None, log=None):
 
 
 # every live guest of this process, so an exiting simulator leaves no QEMU behind
-_LIVE = weakref.WeakSet()
+_LIVE = set()
+
+
+class _Spawner:
+    """Starts QEMU from one long-lived thread: `setpriv --pdeathsig KILL`
+    fires when the thread that forked exits, so with this thread it fires only
+    when the simulator itself dies (even by SIGKILL)."""
+
+    def __init__(self):
+        import queue
+        self.q = queue.Queue()
+        threading.Thread(target=self._loop, name="qemu-spawner", daemon=True).start()
+
+    def _loop(self):
+        while True:
+            fn, box, ev = self.q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                box.append((False, e))
+            ev.set()
+
+    def call(self, fn):
+        box, ev = [], threading.Event()
+        self.q.put((fn, box, ev))
+        ev.wait()
+        ok, v = box[0]
+        if not ok:
+            raise v
+        return v
+
+
+_SPAWNER = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(fn):
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = _Spawner()
+    return _SPAWNER.call(fn)
 
 
 @atexit.register
@@ -162,11 +213,15 @@ def _kill_all():
 
 
 class QemuGuest:
+    kind = "qemu"
+
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
+                 boot_delay=0.0, env=None, hostname=None, log=None,
                  agent_port=GUEST_AGENT_PORT, image_dir=None, accel=None, append_extra="",
-                 log=None):
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name or ""):
-            raise GuestError(f"bad guest name {name!r} (DNS-1123)")
+                 instance_id=None, **_ignored):
+        # boot_delay: a real guest takes the time it takes. env: the process
+        # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
+        # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
         self.name = name
         self.workdir = os.path.abspath(workdir)
         self.userdata = userdata.encode() if isinstance(userdata, str) else bytes(userdata or b"")
@@ -174,7 +229,7 @@ class QemuGuest:
         self.agent_port = int(agent_port)
         self.requested = (memory_mib, cpus)
         self.memory_mib, self.cpus = clamp(memory_mib, cpus)
-        self.disk = dict(disk or {"kind": "containerdisk", "image": "debian-12"})
+        self.disk = dict(disk or {"kind": "containerDisk", "image": "debian-12"})
         self.image_dir = image_dir or DEFAULT_IMAGE_DIR
         self.accel = accel or accelerator()
         self.append_extra = append_extra
@@ -205,8 +260,15 @@ class QemuGuest:
         return os.path.join(self._sockdir, leaf)
 
     @property
+    def persistent_disk(self):
+        """A DataVolume or PVC disk with a "path" outlives the VM (KubeVirt
+        clones the golden image into it); everything else is throw-away."""
+        kind = str(self.disk.get("kind", "")).lower()
+        return kind in ("datavolume", "persistentvolumeclaim", "pvc") and bool(self.disk.get("path"))
+
+    @property
     def overlay_path(self):
-        if self.disk.get("kind") == "datavolume" and self.disk.get("path"):
+        if self.persistent_disk:
             return os.path.abspath(self.disk["path"])
         return self._p("disk.qcow2")
 
@@ -250,7 +312,7 @@ class QemuGuest:
 
         # root disk: qcow2 overlay on the raw read-only base (KubeVirt's ephemeral volume)
         ov = self.overlay_path
-        self._persistent_disk = self.disk.get("kind") == "datavolume" and bool(self.disk.get("path"))
+        self._persistent_disk = self.persistent_disk
         if not (self._persistent_disk and os.path.exists(ov)):
             os.makedirs(os.path.dirname(ov), exist_ok=True)
             _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", ov])
@@ -262,10 +324,10 @@ class QemuGuest:
             ud = os.path.join(seed_dir, "user-data")
             md = os.path.join(seed_dir, "meta-data")
             with open(ud, "wb") as f:
-                f.write(self.userdata)
+                f.write(self.userdata or b"")
             with open(md, "w") as f:
-                f.write(f"instance-id: {self.name}-{os.urandom(4).hex()}\n"
-                        f"local-hostname: {self.name}\n")
+                f.write(f"instance-id: {self.instance_id}\n"
+                        f"local-hostname: {self.hostname}\n")
             _run(["cloud-localds", self.seed_path, ud, md])
         finally:
             shutil.rmtree(seed_dir, ignore_errors=True)
@@ -274,10 +336,11 @@ class QemuGuest:
         with open(self._p("qemu.cmd"), "w") as f:
             f.write(" ".join(_shq(a) for a in cmd) + "\n")
         logf = open(self.log_path, "ab")
+        argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + cmd
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf,
-                                         stderr=subprocess.STDOUT, close_fds=True,
-                                         start_new_session=True)
+            self.proc = _spawn(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                close_fds=True, start_new_session=True))
         except OSError as e:
             raise GuestError(f"{self.name}: cannot run qemu-system-x86_64: {e}") from e
         finally:
@@ -301,11 +364,11 @@ class QemuGuest:
         append = KERNEL_APPEND + (" " + self.append_extra if self.append_extra else "")
         return ["qemu-system-x86_64", *accel,
                 "-machine", "pc", "-m", str(self.memory_mib), "-smp", str(self.cpus),
-                "-name", self.name,
+                "-name", re.sub(r"[^\w.-]", "_", self.name),
                 "-kernel", kernel, "-initrd", initrd, "-append", append,
                 "-drive", f"file={self.overlay_path},format=qcow2,if=virtio,cache=unsafe,discard=unmap",
                 "-drive", f"file={self.seed_path},format=raw,if=virtio,readonly=on",
-                "-netdev", f"user,id=n0,hostname={self.name},"
+                "-netdev", f"user,id=n0,hostname={self.hostname},"
                            f"hostfwd=tcp:{self.ip}:{self.agent_port}-:{GUEST_AGENT_PORT}",
                 "-device", "virtio-net-pci,netdev=n0,romfile=",
                 "-device", "virtio-rng-pci",
@@ -580,31 +643,58 @@ class QemuGuest:
             return False
 
     def exec(self, cmd, timeout=30.0, stdin=None):
-        """Run `cmd` (a string for /bin/sh -c, or an argv list) in the guest as
-        root through the guest agent; returns (exit code, stdout + stderr as
-        str). Raises GuestError when the agent is not up, TimeoutError when the
-        command outlives `timeout` (it is left running)."""
+        """Run `sh -c cmd` (or an argv list) in the guest as root through the
+        QEMU guest agent; returns (exit code, stdout bytes, stderr bytes), like
+        ProcessGuest.exec; 124 when it outlives `timeout` (it is left running
+        in the guest). Waits (within `timeout`) for the guest agent while the
+        guest boots; raises GuestError when the guest is not running or the
+        agent never answers."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        args = {"path": argv[0], "arg": argv[1:], "capture-output": True}
+        args = {"path": argv[0], "arg": argv[1:], "capture-output": True,
+                "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                        "HOME=/root", "LANG=C.UTF-8"]}
         if stdin is not None:
             args["input-data"] = base64.b64encode(stdin if isinstance(stdin, bytes)
                                                   else stdin.encode()).decode()
-        pid = self._qga("guest-exec", args)["pid"]
         deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise GuestError(f"{self.name}: not running")
+            try:
+                pid = self._qga("guest-exec", args, timeout=max(1.0, min(5.0, deadline - time.monotonic())))["pid"]
+                break
+            except GuestError as e:
+                if time.monotonic() > deadline or "not reachable" not in str(e):
+                    raise
+                time.sleep(0.5)
         while True:
             st = self._qga("guest-exec-status", {"pid": pid})
             if st.get("exited"):
-                out = base64.b64decode(st.get("out-data", "")) + base64.b64decode(st.get("err-data", ""))
+                out = base64.b64decode(st.get("out-data", ""))
+                err = base64.b64decode(st.get("err-data", ""))
                 rc = st.get("exitcode")
                 if rc is None:
                     rc = 128 + int(st.get("signal") or 0)
-                return rc, out.decode("utf-8", "replace")
+                return rc, out, err
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name}: {cmd!r} still running after {timeout} s")
-            time.sleep(0.1)
+                return 124, b"", b"\nkubesim: command timed out\n"
+            time.sleep(0.05)
+
+    def pss(self):
+        """Proportional set size of the QEMU process in bytes."""
+        if not self.alive():
+            return 0
+        try:
+            with open(f"/proc/{self.proc.pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
 
     # --- stop -----------------------------------------------------------------------
-    def stop(self, timeout=10.0):
+    def stop(self, timeout=5.0):
         """Power the guest off (ACPI power button through QMP), kill QEMU if it
         is still there after `timeout` seconds, then remove the overlay (unless
         it is a persistent DataVolume disk), the seed and the sockets.
@@ -629,6 +719,12 @@ class QemuGuest:
             for t in self._threads:
                 if t is not threading.current_thread():
                     t.join(2.0)
+            if self.proc is not None:   # the console output next to qemu.log, for post-mortems
+                try:
+                    with open(self._p("serial.log"), "wb") as f:
+                        f.write(self.serial_log())
+                except OSError:
+                    pass
             for leaf in ("disk.qcow2", "cloudinit.iso", "qemu.pid"):
                 if leaf == "disk.qcow2" and self._persistent_disk:
                     continue
