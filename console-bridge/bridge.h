@@ -24,6 +24,8 @@
  *     4502  upstream console failed (could not open, or closed by KubeVirt)
  *     4503  service unavailable (database down or too slow): try again
  *     1001  bridge shutting down
+ *     1008  the browser stopped reading console output (2 ping intervals above the
+ *           high-water mark: it would stall the console shared with other tabs)
  *     1011  internal error (out of memory)
  *
  * Threads: one lws service thread owns every connection and session; a DB
@@ -70,6 +72,7 @@
 enum {
 	BS_CLOSE_NORMAL = 1000,
 	BS_CLOSE_GOING_AWAY = 1001,
+	BS_CLOSE_POLICY = 1008,
 	BS_CLOSE_INTERNAL = 1011,
 	BS_CLOSE_BAD_URL = 4400,
 	BS_CLOSE_TICKET = 4401,
@@ -131,6 +134,7 @@ struct bconn {
 	int close_code;
 	char close_reason[124];
 	int64_t t_state;                    /* monotonic ms when the state was entered */
+	int64_t t_high;                     /* monotonic ms since out is above BS_DOWN_HIGH */
 	char sid[37];
 	char user[256];
 	char vm[64];

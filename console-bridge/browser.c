@@ -308,6 +308,9 @@ void browser_tick(int64_t now)
 	for (struct bconn *c = B->conns; c; c = c->all_next) {
 		if (c->state == BC_CHECKING && now - c->t_state > BS_CHECK_TIMEOUT_S * 1000)
 			bc_close(c, BS_CLOSE_UNAVAILABLE, "database check timed out, try again", 0);
+		else if (c->state == BC_ATTACHED && c->t_high &&
+			 now - c->t_high > (int64_t)B->cfg.console_ping_s * 2000)
+			bc_close(c, BS_CLOSE_POLICY, "browser not reading console output", 0);
 		else if (c->state == BC_CLOSING && !c->killed &&
 			 now - c->t_state > BS_CLOSE_GRACE_S * 1000) {
 			/* the browser does not read: drop it without the niceties */
@@ -434,8 +437,10 @@ static int browser_writeable(struct lws *wsi, struct bconn *c)
 		return -1;
 	}
 	bq_consume(&c->out, n);
-	if (c->out.bytes <= BS_DOWN_LOW)
+	if (c->out.bytes <= BS_DOWN_LOW) {
+		c->t_high = 0;
 		bs_browser_drained(c);
+	}
 	if (c->out.head || c->state == BC_CLOSING)
 		lws_callback_on_writable(wsi);
 	return 0;

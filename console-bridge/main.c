@@ -117,7 +117,7 @@ static const struct lws_protocols server_protocols[] = {
 };
 
 static const struct lws_protocols client_protocols[] = {
-	{ UPSTREAM_LOCAL, callback_upstream, 0, 16384, 0, NULL, 0 },
+	{ UPSTREAM_LOCAL, callback_upstream, 0, 4096, 0, NULL, 0 },
 	{ NULL, NULL, 0, 0, 0, NULL, 0 }
 };
 

@@ -387,8 +387,11 @@ void bs_upstream_data(struct bsession *s, const void *p, size_t n)
 			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
 			continue;
 		}
-		if (c->out.bytes > BS_DOWN_HIGH)
+		if (c->out.bytes > BS_DOWN_HIGH) {
 			high = 1;
+			if (!c->t_high)
+				c->t_high = bridge_now_ms();
+		}
 		lws_callback_on_writable(c->wsi);
 	}
 	if (high && !s->up_rx_paused && s->up) {

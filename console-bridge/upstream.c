@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/ssl.h>
+
 #include "bridge.h"
 #include "log.h"
 #include "util.h"
@@ -217,6 +219,12 @@ int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *u
 	struct bsession *s = lws_get_opaque_user_data(wsi);
 
 	switch (reason) {
+	case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
+		/* the client SSL_CTX (in user): idle consoles give their TLS buffers back */
+		if (user)
+			SSL_CTX_set_mode((SSL_CTX *)user, SSL_MODE_RELEASE_BUFFERS);
+		return 0;
+
 	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
 		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
 		if (!B->bearer)
