@@ -266,11 +266,12 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         return bool(self.proc) and self.proc.poll() is None and not self.stopped
 
     # -------------------------------------------------------------- nsenter
-    def _nsenter(self, argv):
+    def _nsenter(self, argv, wd=None):
         pid = self._init()
         if not pid:
             raise GuestError("guest is not running")
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--"] + argv
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r",
+                f"--wd={wd}" if wd else "-w", "--"] + argv
 
     def _guest_env(self, extra=None):
         e = {"PATH": GUEST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root",
@@ -327,14 +328,14 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         auto = self._autologin()
         if auto:
             argv = self._nsenter(self._guest_env({"TERM": "xterm-256color"}) +
-                                 ["/usr/bin/setsid", "-c", "/bin/bash", "-l"])
+                                 ["/usr/bin/setsid", "-c", "/bin/bash", "-l"], wd="/root")
         else:
             script = ('h=$(hostname); while :; do printf "\\r\\nDebian GNU/Linux 12 %s ttyS0'
                       '\\r\\n\\r\\n%s login: " "$h" "$h"; read -r u || exit 0; '
                       'printf "Password: "; stty -echo; read -r p; stty echo; sleep 2; '
                       'printf "\\r\\nLogin incorrect\\r\\n"; done')
             argv = self._nsenter(self._guest_env({"TERM": "vt220"}) +
-                                 ["/usr/bin/setsid", "-c", "/bin/sh", "-c", script])
+                                 ["/usr/bin/setsid", "-c", "/bin/sh", "-c", script], wd="/")
         p = subprocess.Popen(argv, stdin=self.slave, stdout=self.slave, stderr=self.slave,
                              close_fds=True, start_new_session=True)
         self.getty, self.getty_autologin = p, auto
@@ -354,14 +355,38 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                     last = time.monotonic()
                 elif not self.getty_autologin and self._autologin():
                     # `systemctl restart serial-getty@ttyS0` after the drop-in appeared
-                    try:
-                        os.killpg(self.getty.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    self.getty.wait()
+                    self._kill_getty()
                     self.getty = None
                     continue
             time.sleep(0.1)
+
+    def _kill_getty(self):
+        """Kill the getty's whole session inside the guest (as a tty hangup would)."""
+        p = self.getty
+        if p is None:
+            return
+        sids = set()
+        for c in _children(p.pid):
+            try:
+                sids.add(os.getsid(c))
+            except OSError:
+                pass
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                if os.getsid(int(d)) in sids:
+                    os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            p.wait(2)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _pump_out(self):
         while not self.stopped:

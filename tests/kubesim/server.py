@@ -39,9 +39,9 @@ K8S_VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.0-kubesim",
                "gitCommit": "0000000000000000000000000000000000000000",
                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                "goVersion": "go1.22.0", "compiler": "gc", "platform": "linux/amd64"}
-WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 CONSOLE_PROTO = "plain.kubevirt.io"
-PB_OPENAPI = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+PB_OPENAPI = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 BACKEND_SA = ("labs", "labvm-backend")
 
 
@@ -463,6 +463,8 @@ class Handler(BaseHTTPRequestHandler):
         sim.requests += 1
         self.audit_id = secrets.token_hex(8)
         self.warnings = []
+        if hasattr(self, "_body"):
+            del self._body
         url = urllib.parse.urlsplit(self.path)
         path = url.path
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
