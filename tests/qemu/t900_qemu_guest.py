@@ -147,8 +147,17 @@ def console_agent_and_isolation():
         t.ok("status: done" in r.get("systemd_cloudinit", ""), f"{g.name}: cloud-init done",
              r.get("systemd_cloudinit"))
     a, b = gs
+    rc, out, err = a.exec("echo out; echo err >&2; exit 3", timeout=20)
+    t.eq((rc, out, err), (3, b"out\n", b"err\n"), "exec: exit code, stdout, stderr")
+    rc, _, _ = a.exec("sleep 5", timeout=1)
+    t.eq(rc, 124, "exec past its timeout")
+    c = sample.Console(a.console(replay=True))
+    c.read_some()
+    t.ok(b"login" in c.buf or b"root@" in c.buf, "console(replay=True) starts with recent output",
+         c.buf[-200:])
+    c.close()
     for g, other in ((a, b), (b, a)):
-        rc, _ = g.exec(f"test -e /root/written-by-{other.name}", timeout=20)
+        rc, _, _ = g.exec(f"test -e /root/written-by-{other.name}", timeout=20)
         t.ok(rc != 0, f"{g.name} does not see {other.name}'s write")
 
 
