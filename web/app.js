@@ -1,0 +1,763 @@
+/* labvm student page: lessons, start, progress, terminal, grade, end.
+ *
+ * No framework and no build step: this file, i18n.js and the vendored
+ * xterm.js (web/vendor, copied from npm by make). Everything the server says
+ * is shown with textContent, never as HTML.
+ *
+ * Views: loading -> lessons -> starting -> lab -> ended, or failed.
+ *   - The open session is the page's truth: on load, on a 409 session_exists
+ *     (double click, second tab) and when the tab becomes visible again the
+ *     page shows the session the server names.
+ *   - starting: GET /api/sessions/{id} every second (the poll advances
+ *     readiness on the server) until ready or failed.
+ *   - lab: an xterm.js terminal on the console bridge. Every (re)connect asks
+ *     for a new single-use ticket. When the connection drops it reconnects by
+ *     itself with exponential backoff (about 1, 2, 4, 8, 16, then 30 s, with
+ *     jitter; back to 1 s after a connection stayed up 10 s); close code 4410
+ *     (session ended) stops that and shows the session's end.
+ */
+'use strict';
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const STAGES = ['submitted', 'scheduling', 'booting', 'setting_up', 'ready'];
+  const POLL_STARTING_MS = 1000;
+  const POLL_READY_MS = 20000;
+  const CONSOLE_PROTO = 'labvm-console.v1';
+  const OPEN_TIMEOUT_MS = 20000;   // ticket -> status "open"
+  const STABLE_MS = 10000;         // a connection up this long resets the backoff
+  const BACKOFF_MAX_MS = 30000;
+
+  /* ------------------------------------------------------------ texts */
+  const TEXTS = window.LABVM_TEXTS;
+
+  function pickLang() {
+    let saved = null;
+    try { saved = localStorage.getItem('labvm.lang'); } catch (e) { /* private mode */ }
+    if (saved && TEXTS[saved]) return saved;
+    const prefs = (navigator.languages && navigator.languages.length)
+      ? navigator.languages : [navigator.language || 'en'];
+    for (const p of prefs) {
+      const base = String(p).toLowerCase().split('-')[0];
+      if (TEXTS[base]) return base;
+    }
+    return 'en';
+  }
+
+  let lang = pickLang();
+
+  function t(key, vars) {
+    let s = (TEXTS[lang] && TEXTS[lang][key]) || TEXTS.en[key] || key;
+    if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m));
+    return s;
+  }
+
+  function fmtDuration(sec) {
+    sec = Math.max(0, Math.floor(sec));
+    const m = Math.floor(sec / 60), s = sec % 60;
+    return m ? t('time.ms', { m, s }) : t('time.s', { s });
+  }
+
+  function fmtClock(sec) {            // 1:02:03 or 12:34
+    sec = Math.max(0, Math.floor(sec));
+    const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60), s = sec % 60;
+    const mm = h ? String(m).padStart(2, '0') : String(m);
+    return (h ? h + ':' : '') + mm + ':' + String(s).padStart(2, '0');
+  }
+
+  function fmtTime(ms) {
+    return new Date(ms).toLocaleTimeString(lang === 'ja' ? 'ja-JP' : 'en-GB');
+  }
+
+  function applyTexts() {
+    document.documentElement.lang = lang;
+    document.querySelectorAll('[data-i18n]').forEach((el) => { el.textContent = t(el.dataset.i18n); });
+    document.querySelectorAll('[data-i18n-label]').forEach((el) => {
+      el.setAttribute('aria-label', t(el.dataset.i18nLabel));
+    });
+    document.querySelectorAll('#lang-switch button').forEach((b) => {
+      b.setAttribute('aria-pressed', String(b.dataset.lang === lang));
+    });
+    document.title = 'labvm: ' + t('app.title');
+  }
+
+  /* -------------------------------------------------------------- API */
+  const S = {
+    view: 'loading',
+    lessons: [],
+    lessonsError: null,
+    notice: null,        // {kind: 'capacity'|'error', ...} on the lessons view
+    session: null,
+    note: null,          // 'exists': shown above the open session
+    remain: null,        // {s: remaining_s, at: Date.now()}
+    grade: null,
+    gradeBusy: false,
+    labError: null,
+    skew: 0,             // server clock - local clock (ms), from the Date header
+    offline: false,
+  };
+
+  function noteServerDate(res) {
+    const d = Date.parse(res.headers.get('Date') || '');
+    if (isNaN(d)) return;
+    const skew = d + 500 - Date.now();          // the header has whole seconds
+    if (Math.abs(skew - S.skew) > 1500) S.skew = skew;
+  }
+
+  function serverNow() { return Date.now() + S.skew; }
+
+  /* One API call. Never throws: {status, data, headers}; status 0 = no answer. */
+  async function api(method, path, body) {
+    const opts = { method, headers: { Accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' };
+    if (method === 'POST') {
+      // application/json on every POST: the server's CSRF guard
+      opts.headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body || {});
+    }
+    let res;
+    try {
+      res = await fetch(path, opts);
+    } catch (e) {
+      return { status: 0, data: { error: 'network' }, headers: new Headers() };
+    }
+    noteServerDate(res);
+    let data = null;
+    try { data = await res.json(); } catch (e) { data = null; }
+    return { status: res.status, data: data || {}, headers: res.headers };
+  }
+
+  function errorText(r) {
+    if (r.status === 0) return t('error.network');
+    const code = r.data && r.data.error;
+    if (code && TEXTS.en['error.' + code]) return t('error.' + code);
+    if (r.data && r.data.message) return r.data.message;
+    return t('error.generic', { code: code || ('HTTP ' + r.status) });
+  }
+
+  const sessionPath = (id) => '/api/sessions/' + encodeURIComponent(id);
+
+  /* ------------------------------------------------------------ views */
+  function show(view) {
+    S.view = view;
+    $('app').dataset.view = view;
+    document.querySelectorAll('main > .view').forEach((el) => { el.hidden = el.id !== 'view-' + view; });
+  }
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('data-')) e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const c of kids) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function lessonTitle(id) {
+    const l = S.lessons.find((x) => x.id === id);
+    return l ? l.title : id;
+  }
+
+  /* ---------------------------------------------------------- lessons */
+  async function loadLessons() {
+    const r = await api('GET', '/api/lessons');
+    if (r.status === 200 && Array.isArray(r.data.lessons)) {
+      S.lessons = r.data.lessons;
+      S.lessonsError = null;
+    } else {
+      S.lessonsError = errorText(r);
+    }
+  }
+
+  function showLessons() {
+    leaveLab();
+    stopPoll();
+    S.session = null;
+    S.note = null;
+    show('lessons');
+    renderLessons();
+  }
+
+  let startBusy = null;   // the lesson id being started: one start at a time
+
+  function renderLessons() {
+    const ul = $('lesson-list');
+    ul.replaceChildren();
+    if (S.lessonsError) {
+      const b = el('button', { type: 'button', text: t('lessons.reload') });
+      b.addEventListener('click', async () => { await loadLessons(); renderLessons(); });
+      ul.append(el('li', { class: 'lesson error' },
+        el('p', { text: t('lessons.loadError', { msg: S.lessonsError }) }), b));
+    } else if (!S.lessons.length) {
+      ul.append(el('li', { class: 'lesson empty', text: t('lessons.empty') }));
+    }
+    for (const l of S.lessons) {
+      const meta = [t('lessons.minutes', { n: l.minutes }),
+        t('lessons.runtime.' + l.runtime) || l.runtime];
+      if (l.grader_steps) meta.push(t('lessons.steps', { n: l.grader_steps }));
+      const busy = startBusy === l.id;
+      const b = el('button', {
+        type: 'button', class: 'primary start', 'data-lesson': l.id,
+        text: busy ? t('lessons.starting') : t('lessons.start'), disabled: startBusy !== null,
+      });
+      b.addEventListener('click', () => start(l.id));
+      ul.append(el('li', { class: 'lesson', 'data-lesson': l.id },
+        el('h3', { text: l.title }),
+        l.description ? el('p', { class: 'desc', text: l.description }) : null,
+        el('p', { class: 'meta muted', text: meta.join(' · ') }),
+        el('div', { class: 'actions' }, b)));
+    }
+    renderNotice();
+  }
+
+  function renderNotice() {
+    const box = $('lessons-notice');
+    const n = S.notice;
+    box.hidden = !n;
+    if (!n) return;
+    box.dataset.kind = n.kind;
+    box.className = 'notice ' + (n.kind === 'capacity' ? 'warn' : 'error');
+    const retry = $('notice-retry');
+    retry.hidden = !n.lesson;
+    retry.textContent = n.kind === 'capacity' ? t('capacity.retry') : t('failed.again');
+    retry.disabled = startBusy !== null;
+    if (n.kind === 'capacity') {
+      box.querySelector('.notice-title').textContent = t('capacity.title');
+      box.querySelector('.notice-body').textContent = t('capacity.body', { capacity: n.capacity, in_use: n.in_use });
+      renderCapacityWhen();
+    } else {
+      box.querySelector('.notice-title').textContent = '';
+      box.querySelector('.notice-body').textContent = n.text;
+      box.querySelector('.notice-when').textContent = '';
+    }
+  }
+
+  function renderCapacityWhen() {
+    const n = S.notice;
+    if (!n || n.kind !== 'capacity') return;
+    const left = (n.retryAt - Date.now()) / 1000;
+    const w = $('lessons-notice').querySelector('.notice-when');
+    w.textContent = left > 0.5
+      ? t('capacity.when', { wait: fmtDuration(Math.ceil(left)), at: fmtTime(n.retryAt) })
+      : t('capacity.now');
+    w.dataset.retryAfter = String(n.retryAfter);
+  }
+
+  function retryAfterSeconds(r) {
+    const h = r.headers.get('Retry-After');
+    if (h) {
+      const n = Number(h);
+      if (Number.isFinite(n) && n >= 0) return n;
+      const d = Date.parse(h);
+      if (!isNaN(d)) return Math.max(0, Math.round((d - serverNow()) / 1000));
+    }
+    return Number(r.data.retry_after_s) || 30;
+  }
+
+  async function start(lessonId) {
+    if (startBusy !== null) return;   // a double click starts once
+    startBusy = lessonId;
+    S.notice = null;
+    if (S.view === 'lessons') renderLessons();
+    const r = await api('POST', '/api/sessions', { lesson: lessonId });
+    startBusy = null;
+    if (r.status === 201 && r.data.id) {
+      showSession(r.data);
+      return;
+    }
+    if (r.status === 409 && r.data.error === 'session_exists' && r.data.session) {
+      // another click or tab was first: that session is the answer
+      S.note = 'exists';
+      showSession(r.data.session);
+      return;
+    }
+    if (r.status === 503 && r.data.error === 'capacity_full') {
+      const ra = retryAfterSeconds(r);
+      S.notice = { kind: 'capacity', lesson: lessonId, capacity: r.data.capacity, in_use: r.data.in_use,
+        retryAfter: ra, retryAt: Date.now() + ra * 1000 };
+    } else {
+      S.notice = { kind: 'error', lesson: lessonId, text: errorText(r), code: r.data.error || r.status };
+    }
+    showLessons();
+  }
+
+  /* --------------------------------------------------------- sessions */
+  let pollTimer = null;
+  let pollSeq = 0;
+
+  function stopPoll() {
+    clearTimeout(pollTimer);
+    pollTimer = null;
+    pollSeq++;
+  }
+
+  function schedulePoll(ms) {
+    clearTimeout(pollTimer);
+    const seq = ++pollSeq;
+    pollTimer = setTimeout(() => { if (seq === pollSeq) refreshSession(); }, ms);
+  }
+
+  let refreshing = null;
+
+  /* GET the session now (one request at a time) and show what it says. */
+  function refreshSession() {
+    if (!S.session) return Promise.resolve();
+    if (refreshing) return refreshing;
+    const id = S.session.id;
+    refreshing = (async () => {
+      const r = await api('GET', sessionPath(id));
+      refreshing = null;
+      if (!S.session || S.session.id !== id) return;
+      if (r.status === 200) {
+        S.offline = false;
+        showSession(r.data);
+      } else if (r.status === 404) {
+        showLessons();             // gone (or not ours any more)
+      } else {
+        S.offline = true;          // keep polling; say so while starting
+        renderSessionView();
+        schedulePoll(S.session.state === 'starting' ? 2000 : POLL_READY_MS / 4);
+      }
+    })();
+    return refreshing;
+  }
+
+  function showSession(s) {
+    const prev = S.session;
+    if (prev && prev.id !== s.id) { S.grade = null; S.labError = null; }
+    S.session = s;
+    if (typeof s.remaining_s === 'number') S.remain = { s: s.remaining_s, at: Date.now() };
+    else S.remain = null;
+    if (s.last_grade && (!S.grade || (s.last_grade.graded_at && s.last_grade.graded_at !== S.grade.graded_at))) {
+      S.grade = s.last_grade;
+    }
+    stopPoll();
+    switch (s.state) {
+      case 'starting':
+        leaveLab();
+        show('starting');
+        schedulePoll(POLL_STARTING_MS);
+        break;
+      case 'ready':
+        show('lab');
+        enterLab(s);
+        schedulePoll(POLL_READY_MS);
+        break;
+      case 'failed':
+        leaveLab();
+        show('failed');
+        break;
+      default:
+        leaveLab();
+        show('ended');
+    }
+    renderSessionView();
+  }
+
+  function renderSessionView() {
+    const s = S.session;
+    if (!s) return;
+    if (S.view === 'starting') renderStarting(s);
+    else if (S.view === 'lab') renderLab(s);
+    else if (S.view === 'failed') renderFailed(s);
+    else if (S.view === 'ended') renderEnded(s);
+  }
+
+  function renderNote(id) {
+    const p = $(id);
+    p.hidden = S.note !== 'exists';
+    p.textContent = S.note === 'exists' ? t('exists.note') : '';
+  }
+
+  function renderStarting(s) {
+    renderNote('starting-note');
+    $('starting-title').textContent = t('starting.heading', { title: lessonTitle(s.lesson) });
+    const idx = Math.max(0, STAGES.indexOf(s.stage));
+    document.querySelectorAll('#stages li').forEach((li, i) => {
+      const st = i < idx ? 'done' : i === idx ? 'active' : 'pending';
+      li.dataset.state = st;
+      if (st === 'active') li.setAttribute('aria-current', 'step');
+      else li.removeAttribute('aria-current');
+    });
+    $('stages').dataset.stage = s.stage;
+    $('progress-bar').style.width = Math.round(((idx + 0.5) / STAGES.length) * 100) + '%';
+    const d = s.disk || {};
+    $('disk-info').textContent = d.fallback_reason
+      ? t('starting.disk.fallback', { reason: d.fallback_reason })
+      : d.source ? t('starting.disk.' + d.source) : '';
+    $('starting-offline').hidden = !S.offline;
+    renderElapsed();
+  }
+
+  function renderElapsed() {
+    const s = S.session;
+    if (!s || S.view !== 'starting') return;
+    const t0 = Date.parse(s.created_at);
+    $('elapsed').textContent = isNaN(t0) ? '–' : fmtDuration((serverNow() - t0) / 1000);
+  }
+
+  function renderFailed(s) {
+    $('failed-title').textContent = s.ready_at ? t('failed.lost') : t('failed.heading');
+    // the error starts with the stage it failed in ("setting_up: ...")
+    const m = /^([a-z_]+): /.exec(s.error || '');
+    const stage = m && STAGES.includes(m[1]) ? m[1] : s.stage;
+    $('failed-stage').textContent = t('failed.stage', { stage: t('stage.' + stage) });
+    $('failed-error').textContent = (m && STAGES.includes(m[1]) ? s.error.slice(m[0].length) : s.error) || '';
+    $('failed-again').dataset.lesson = s.lesson;
+  }
+
+  function renderEnded(s) {
+    const r = s.end_reason;
+    $('ended-text').textContent = r === 'user' ? t('ended.user')
+      : r === 'expired' ? t('ended.expired') : t('ended.other', { reason: r || s.state });
+  }
+
+  async function endSession(id) {
+    const r = await api('DELETE', sessionPath(id));
+    if (r.status === 200) {
+      showSession(r.data);
+    } else if (r.status === 404) {
+      showLessons();
+    } else {
+      S.labError = errorText(r);
+      renderSessionView();
+    }
+    return r.status;
+  }
+
+  /* --------------------------------------------------------------- lab */
+  let lab = null;   // {sid, console}
+
+  function enterLab(s) {
+    if (lab && lab.sid === s.id) return;
+    leaveLab();
+    $('end-confirm').hidden = true;
+    lab = { sid: s.id, console: new Console(s.id, $('terminal')) };
+  }
+
+  function leaveLab() {
+    if (!lab) return;
+    lab.console.stop();
+    lab = null;
+  }
+
+  function renderLab(s) {
+    renderNote('lab-note');
+    $('lab-title').textContent = lessonTitle(s.lesson);
+    const g = $('grade');
+    g.disabled = S.gradeBusy;
+    g.textContent = S.gradeBusy ? t('lab.grading') : t('lab.grade');
+    const le = $('lab-error');
+    le.hidden = !S.labError;
+    le.textContent = S.labError || '';
+    renderRemaining();
+    renderGrade();
+    if (lab) lab.console.render();
+  }
+
+  function remainingNow() {
+    if (!S.remain) return null;
+    return S.remain.s - (Date.now() - S.remain.at) / 1000;
+  }
+
+  function renderRemaining() {
+    const left = remainingNow();
+    const r = $('remaining');
+    r.textContent = left === null ? '–' : fmtClock(left);
+    r.classList.toggle('low', left !== null && left < 300);
+    if (left !== null && left <= 0 && S.view === 'lab' && !refreshing) {
+      S.remain = { s: 5, at: Date.now() };   // ask again in 5 s, not every tick
+      refreshSession();
+    }
+  }
+
+  function renderGrade() {
+    const g = S.grade;
+    const panel = $('grade-panel');
+    panel.hidden = !g;
+    if (!g) return;
+    const all = g.passed === g.total;
+    panel.dataset.result = all ? 'pass' : 'fail';
+    $('grade-summary').textContent = t('grade.summary', { passed: g.passed, total: g.total });
+    const at = Date.parse(g.graded_at || '');
+    $('grade-at').textContent = isNaN(at) ? '' : t('grade.at', { time: fmtTime(at) });
+    const ol = $('grade-steps');
+    ol.replaceChildren();
+    for (const st of g.steps || []) {
+      const detail = st.timed_out ? t('grade.timeout')
+        : (st.exit_code !== null && st.exit_code !== undefined) ? t('grade.exit', { code: st.exit_code }) : '';
+      ol.append(el('li', { class: 'step ' + (st.passed ? 'pass' : 'fail'), 'data-passed': String(!!st.passed) },
+        el('div', { class: 'step-head' },
+          el('span', { class: 'verdict', text: st.passed ? t('grade.pass') : t('grade.fail') }),
+          el('span', { class: 'step-name', text: st.name }),
+          detail ? el('span', { class: 'muted', text: detail }) : null),
+        el('pre', { class: 'output', text: st.output ? st.output : t('grade.noOutput') })));
+    }
+  }
+
+  async function grade() {
+    const s = S.session;
+    if (!s || S.gradeBusy) return;
+    S.gradeBusy = true;
+    S.labError = null;
+    renderLab(s);
+    const r = await api('POST', sessionPath(s.id) + '/grade', {});
+    S.gradeBusy = false;
+    if (!S.session || S.session.id !== s.id) return;
+    if (r.status === 200) {
+      S.grade = Object.assign({ graded_at: new Date(serverNow()).toISOString() }, r.data);
+    } else {
+      S.labError = errorText(r);
+      if (r.status === 409 || r.status === 404) refreshSession();
+    }
+    if (S.view === 'lab') renderLab(S.session);
+  }
+
+  /* ----------------------------------------------------------- console */
+  class Console {
+    constructor(sid, container) {
+      this.sid = sid;
+      this.failures = 0;
+      this.ws = null;
+      this.open = false;
+      this.busy = false;        // a ticket request is in flight
+      this.stopped = false;
+      this.state = 'connecting';
+      this.retryAt = 0;
+      this.timer = null;
+      this.stableTimer = null;
+      this.tooMany = false;
+      this.enc = new TextEncoder();
+      this.term = new window.Terminal({
+        cols: 100, rows: 30, cursorBlink: true, fontSize: 14, scrollback: 5000,
+        fontFamily: '"DejaVu Sans Mono", "Noto Sans Mono", Menlo, Consolas, monospace',
+        theme: { background: '#111418', foreground: '#e6e6e6' },
+      });
+      container.replaceChildren();
+      this.term.open(container);
+      this.term.onData((d) => this.send(this.enc.encode(d)));
+      this.term.onBinary((d) => {
+        const b = new Uint8Array(d.length);
+        for (let i = 0; i < d.length; i++) b[i] = d.charCodeAt(i) & 255;
+        this.send(b);
+      });
+      this.connect();
+    }
+
+    send(bytes) {
+      if (this.ws && this.open && this.ws.readyState === WebSocket.OPEN) this.ws.send(bytes);
+    }
+
+    setState(st) {
+      this.state = st;
+      this.render();
+    }
+
+    render() {
+      if (!lab || lab.console !== this) return;
+      const c = $('conn');
+      c.dataset.conn = this.state;
+      let text;
+      if (this.state === 'open') text = t('console.open');
+      else if (this.state === 'connecting') text = t('console.connecting');
+      else if (this.state === 'ended') text = t('console.ended');
+      else {
+        const s = Math.ceil((this.retryAt - Date.now()) / 1000);
+        text = s > 0 ? t('console.retrying', { s }) : t('console.retryingNow');
+        if (this.tooMany) text += ' ' + t('console.tooMany');
+      }
+      $('conn-text').textContent = text;
+      $('reconnect').hidden = this.state !== 'retrying';
+    }
+
+    async connect() {
+      if (this.stopped || this.busy || this.ws) return;
+      clearTimeout(this.timer);
+      this.busy = true;
+      this.setState('connecting');
+      const r = await api('POST', sessionPath(this.sid) + '/console-ticket', {});
+      this.busy = false;
+      if (this.stopped) return;
+      if (r.status !== 200 || !r.data.url) {
+        // not ready / gone: the session says what to show; else try again later
+        if (r.status === 409 || r.status === 404) refreshSession();
+        this.retry();
+        return;
+      }
+      const url = (location.protocol === 'https:' ? 'wss:' : 'ws:') + '//' + location.host + r.data.url;
+      let ws;
+      try {
+        ws = new WebSocket(url, [CONSOLE_PROTO]);
+      } catch (e) {
+        this.retry();
+        return;
+      }
+      ws.binaryType = 'arraybuffer';
+      this.ws = ws;
+      this.open = false;
+      let closedMsg = null;
+      const guard = setTimeout(() => { if (this.ws === ws && !this.open) ws.close(); }, OPEN_TIMEOUT_MS);
+      ws.onmessage = (ev) => {
+        if (this.ws !== ws) return;
+        if (typeof ev.data !== 'string') {
+          this.term.write(new Uint8Array(ev.data));
+          return;
+        }
+        let m;
+        try { m = JSON.parse(ev.data); } catch (e) { return; }
+        if (m.type === 'status' && m.state === 'open') {
+          clearTimeout(guard);
+          this.open = true;
+          this.tooMany = false;
+          this.term.reset();       // the bridge replays the last screenful next
+          this.setState('open');
+          clearTimeout(this.stableTimer);
+          this.stableTimer = setTimeout(() => { this.failures = 0; }, STABLE_MS);
+        } else if (m.type === 'closed') {
+          closedMsg = m;
+        }
+      };
+      ws.onclose = (ev) => {
+        clearTimeout(guard);
+        clearTimeout(this.stableTimer);
+        if (this.ws !== ws) return;
+        this.ws = null;
+        this.open = false;
+        if (this.stopped) return;
+        const code = (closedMsg && closedMsg.code) || ev.code;
+        if (code === 4410) {           // the session ended: no reconnecting
+          this.setState('ended');
+          refreshSession();
+          return;
+        }
+        if (code === 4409 || code === 4403) refreshSession();
+        if (code === 4429) this.tooMany = true;
+        this.retry();
+      };
+    }
+
+    retry() {
+      if (this.stopped) return;
+      this.failures++;
+      const base = Math.min(BACKOFF_MAX_MS, 500 * 2 ** Math.min(this.failures, 7));
+      const delay = Math.round(base / 2 + Math.random() * base / 2);
+      this.retryAt = Date.now() + delay;
+      this.setState('retrying');
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.connect(), delay);
+    }
+
+    reconnectNow() {
+      if (this.stopped || this.ws || this.busy) return;
+      clearTimeout(this.timer);
+      this.connect();
+    }
+
+    stop() {
+      this.stopped = true;
+      clearTimeout(this.timer);
+      clearTimeout(this.stableTimer);
+      const ws = this.ws;
+      this.ws = null;
+      if (ws) {
+        try { ws.close(1000, 'page'); } catch (e) { /* already closing */ }
+      }
+      this.term.dispose();
+      $('terminal').replaceChildren();
+    }
+  }
+
+  /* ------------------------------------------------------------ events */
+  function tick() {
+    if (S.view === 'starting') renderElapsed();
+    else if (S.view === 'lab') {
+      renderRemaining();
+      if (lab && lab.console.state === 'retrying') lab.console.render();
+    } else if (S.view === 'lessons' && S.notice && S.notice.kind === 'capacity') renderCapacityWhen();
+  }
+
+  async function checkCurrent() {
+    const r = await api('GET', '/api/sessions/current');
+    if (r.status === 200 && S.view === 'lessons' && startBusy === null) showSession(r.data);
+    return r;
+  }
+
+  function bind() {
+    document.querySelectorAll('#lang-switch button').forEach((b) => {
+      b.addEventListener('click', () => {
+        lang = b.dataset.lang;
+        try { localStorage.setItem('labvm.lang', lang); } catch (e) { /* private mode */ }
+        applyTexts();
+        if (S.view === 'lessons') renderLessons();
+        else renderSessionView();
+      });
+    });
+    $('notice-retry').addEventListener('click', () => { if (S.notice && S.notice.lesson) start(S.notice.lesson); });
+    $('failed-again').addEventListener('click', (e) => start(e.currentTarget.dataset.lesson));
+    document.querySelectorAll('.to-lessons').forEach((b) => b.addEventListener('click', async () => {
+      S.notice = null;
+      showLessons();
+      await checkCurrent();
+    }));
+    $('cancel-start').addEventListener('click', async (e) => {
+      if (!S.session) return;
+      e.currentTarget.disabled = true;
+      const st = await endSession(S.session.id);
+      e.currentTarget.disabled = false;
+      if (st === 200) showLessons();
+    });
+    $('grade').addEventListener('click', grade);
+    $('end').addEventListener('click', () => {
+      $('end-confirm').hidden = false;
+      $('end-no').focus();
+    });
+    $('end-no').addEventListener('click', () => {
+      $('end-confirm').hidden = true;
+      if (lab) lab.console.term.focus();
+    });
+    $('end-yes').addEventListener('click', async (e) => {
+      if (!S.session) return;
+      const b = e.currentTarget;
+      b.disabled = true;
+      b.textContent = t('lab.ending');
+      await endSession(S.session.id);
+      b.disabled = false;
+      b.textContent = t('end.yes');
+      $('end-confirm').hidden = true;
+    });
+    $('reconnect').addEventListener('click', () => { if (lab) lab.console.reconnectNow(); });
+    window.addEventListener('online', () => { if (lab) lab.console.reconnectNow(); });
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState !== 'visible') return;
+      if (S.view === 'lessons') checkCurrent();
+      else if (S.view === 'starting' || S.view === 'lab') refreshSession();
+    });
+    setInterval(tick, 1000);
+  }
+
+  async function boot() {
+    applyTexts();
+    bind();
+    const [, cur] = await Promise.all([loadLessons(), api('GET', '/api/sessions/current')]);
+    if (typeof window.Terminal !== 'function') {
+      // without the vendored xterm.js there is no terminal: say so plainly
+      S.notice = { kind: 'error', text: 'xterm.js is missing (/vendor/xterm.js): the site needs "make web-vendor".' };
+      showLessons();
+      return;
+    }
+    if (cur.status === 200) {
+      showSession(cur.data);
+      return;
+    }
+    if (cur.status !== 404) S.notice = { kind: 'error', text: errorText(cur) };
+    showLessons();
+  }
+
+  // for tests and curious students: the page's state, read-only by convention
+  window.labvm = { state: S, get lang() { return lang; }, get console() { return lab && lab.console; } };
+
+  boot();
+}());
