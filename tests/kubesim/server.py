@@ -366,7 +366,14 @@ class Handler(BaseHTTPRequestHandler):
             self.request.close()
             raise
         self.request.settimeout(self.timeout)
+        try:
+            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
         super().setup()
+
+    def version_string(self):
+        return "kubesim"
 
     def log_message(self, fmt, *args):
         if self.sim.args.verbose:
@@ -441,9 +448,16 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         for w in getattr(self, "warnings", []):
             self.send_header("Warning", f'299 - "{w}"')
-        self.end_headers()
+        self.end_with(data)
+
+    def end_with(self, data):
+        """Headers and body in one write (one TLS record, no Nagle/delayed-ACK stall)."""
+        self._headers_buffer.append(b"\r\n")
+        out = b"".join(self._headers_buffer)
+        self._headers_buffer = []
         if self.command != "HEAD":
-            self.wfile.write(data)
+            out += data
+        self.wfile.write(out)
 
     def send_error_status(self, e):
         self.send_json(e.code, e.status(), e.headers)
@@ -453,9 +467,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        self.end_with(data)
 
     # ------------------------------------------------------------ dispatch
     def dispatch(self, method):
@@ -465,6 +477,11 @@ class Handler(BaseHTTPRequestHandler):
         self.warnings = []
         if hasattr(self, "_body"):
             del self._body
+        try:
+            self.body()   # always drained, so a refused request leaves the connection usable
+        except errors.ApiError as e:
+            self.close_connection = True
+            return self.send_error_status(e)
         url = urllib.parse.urlsplit(self.path)
         path = url.path
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}

@@ -70,7 +70,7 @@ class Store:
         rv = int(obj["metadata"]["resourceVersion"])
         self.hist.append((rv, typ, plural, obj, old))
         self.hist_rvs.append(rv)
-        if len(self.hist) > self.max_hist + 500:
+        if len(self.hist) > self.max_hist + max(10, self.max_hist // 10):
             drop = len(self.hist) - self.max_hist
             self.oldest_rv = self.hist_rvs[drop - 1]
             del self.hist[:drop]
