@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""kubesim: authorization from conf/k8s/rbac.yaml (timeout: 120)."""
+import yaml
+
+from simlib import NS, RBAC, Sim, secret, vm, wait_for, VMS
+from tap import T
+
+t = T()
+sim = Sim(guest="none")
+A, B = sim.admin, sim.backend
+SA = "system:serviceaccount:labs:labvm-backend"
+
+with open(RBAC) as f:
+    docs = [d for d in yaml.safe_load_all(f) if d]
+role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "labvm-backend")
+GRANTS = set()
+for rule in role["rules"]:
+    for g in rule.get("apiGroups", []):
+        for r in rule.get("resources", []):
+            for v in rule.get("verbs", []):
+                GRANTS.add((g, r, v))
+
+RES = {  # resource -> (group, collection path, object path of something that exists)
+    "secrets": ("", f"/api/v1/namespaces/{NS}/secrets", "rb-sec"),
+    "persistentvolumeclaims": ("", f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
+                               "golden-debian-12"),
+    "pods": ("", f"/api/v1/namespaces/{NS}/pods", "nopod"),
+    "events": ("", f"/api/v1/namespaces/{NS}/events", "noevent"),
+    "virtualmachines": ("kubevirt.io", f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines",
+                        "rb-vm"),
+    "virtualmachineinstances": ("kubevirt.io",
+                                f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances",
+                                "rb-vm"),
+    "datavolumes": ("cdi.kubevirt.io", f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NS}/datavolumes",
+                    "nodv"),
+}
+A.post(RES["secrets"][1], secret("rb-sec", "x"))
+A.post(VMS, vm("rb-vm", run_strategy="Always"))
+wait_for(lambda: A.get(RES["virtualmachineinstances"][1] + "/rb-vm").status == 200, 5)
+
+
+def attempt(client, verb, res):
+    group, coll, name = RES[res]
+    if verb == "get":
+        return client.get(f"{coll}/{name}")
+    if verb == "list":
+        return client.get(coll)
+    if verb == "watch":
+        return client.get(coll + "?watch=1&timeoutSeconds=0")
+    if verb == "create":
+        return client.post(coll, {"metadata": {"name": "rb-probe-x"}})  # invalid body on purpose
+    if verb == "update":
+        return client.put(f"{coll}/{name}", {"metadata": {"name": name}})
+    if verb == "patch":
+        return client.patch(f"{coll}/{name}", {"metadata": {"annotations": {"probe": "1"}}})
+    if verb == "delete":
+        return client.delete(f"{coll}/does-not-exist")
+    if verb == "deletecollection":
+        return client.delete(coll + "?labelSelector=nothing%3Dmatches")
+    raise ValueError(verb)
+
+
+@t.test
+def backend_matrix_matches_rbac_yaml():
+    checked = 0
+    for res, (group, _, _) in RES.items():
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete",
+                     "deletecollection"):
+            allowed = (group, res, verb) in GRANTS
+            r = attempt(B, verb, res)
+            checked += 1
+            if allowed:
+                t.ok(r.status != 403, f"{verb} {res} granted by rbac.yaml", r.json)
+            else:
+                t.eq(r.status, 403, f"{verb} {res} not granted")
+                if r.status == 403:
+                    t.eq(r.json.get("reason"), "Forbidden", f"{verb} {res} reason")
+    t.ok(checked == 56, "matrix size")
+
+
+@t.test
+def forbidden_message_format():
+    r = B.get(f"/api/v1/namespaces/{NS}/pods")
+    t.eq(r.json.get("message"), f'pods is forbidden: User "{SA}" cannot list resource "pods" '
+         f'in API group "" in the namespace "{NS}"', "list message")
+    r = B.put(f"{VMS}/rb-vm", A.get(f"{VMS}/rb-vm").json)
+    t.eq(r.json.get("message"), f'virtualmachines.kubevirt.io "rb-vm" is forbidden: User "{SA}" '
+         f'cannot update resource "virtualmachines" in API group "kubevirt.io" in the namespace '
+         f'"{NS}"', "named object message")
+    t.eq(r.json.get("details"), {"name": "rb-vm", "group": "kubevirt.io",
+                                 "kind": "virtualmachines"}, "details")
+    r = B.get("/api/v1/nodes")
+    t.eq(r.json.get("message"), f'nodes is forbidden: User "{SA}" cannot list resource "nodes" '
+         'in API group "" at the cluster scope', "cluster-scope message")
+
+
+@t.test
+def only_the_lab_namespace():
+    t.eq(B.get("/api/v1/namespaces/default/secrets").status, 403, "default namespace denied")
+    t.eq(B.get("/api/v1/secrets").status, 403, "all-namespaces list denied")
+    t.eq(B.get("/apis/kubevirt.io/v1/virtualmachines").status, 403, "cluster-wide VMs denied")
+
+
+@t.test
+def what_labvm_does_is_allowed():
+    s = secret("rb-flow", "#cloud-config\n")
+    t.eq(B.post(RES["secrets"][1], s).status, 201, "create secret")
+    r = B.post(VMS, vm("rb-flow", "rb-flow"))
+    t.eq(r.status, 201, "create VM")
+    uid = r.json["metadata"]["uid"]
+    r = B.patch(RES["secrets"][1] + "/rb-flow", {"metadata": {"ownerReferences": [{
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": "rb-flow", "uid": uid,
+        "controller": False}]}})
+    t.eq(r.status, 200, "patch the owner reference into the secret")
+    t.eq(B.get(f"{VMS}?labelSelector=labvm.io%2Flab-session%3Dtrue").status, 200, "list VMs")
+    t.eq(B.get(RES["persistentvolumeclaims"][1] + "/golden-debian-12").status, 200, "get PVC")
+    wait_for(lambda: B.get(RES["virtualmachineinstances"][1] + "/rb-flow").status == 200, 5)
+    t.eq(B.get(RES["virtualmachineinstances"][1]).status, 200, "list VMIs")
+    t.eq(B.get(RES["secrets"][1] + "?labelSelector=labvm.io%2Flab-session").status, 200,
+         "list secrets (reaper)")
+    t.eq(B.delete(f"{VMS}/rb-flow").status, 200, "delete VM")
+    r = B.delete(RES["secrets"][1] + "/rb-flow")
+    t.ok(r.status in (200, 404), "delete secret (or already collected with its VM)", r.status)
+
+
+@t.test
+def console_subresource():
+    path = (f"/apis/subresources.kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances/rb-vm/"
+            "console")
+    r = B.get(path)
+    t.ok(r.status != 403, "backend may get virtualmachineinstances/console", r.status)
+    other = sim.client(sim.token(sa="labs/someone-else"))
+    r = other.get(path)
+    t.eq(r.status, 403, "another service account may not")
+    t.eq(r.json.get("message"),
+         'virtualmachineinstances.subresources.kubevirt.io "rb-vm" is forbidden: User '
+         '"system:serviceaccount:labs:someone-else" cannot get resource '
+         '"virtualmachineinstances/console" in API group "subresources.kubevirt.io" in the '
+         'namespace "labs"', "KubeVirt's 403 text")
+    r = other.get(f"/api/v1/namespaces/{NS}/secrets")
+    t.eq(r.status, 403, "an unbound service account gets nothing")
+    t.eq(other.get("/version").status, 200, "but discovery (system:discovery)")
+
+
+@t.test
+def roles_are_live_objects():
+    """A RoleBinding created through the API takes effect (RBAC is data, as in Kubernetes)."""
+    tok = sim.token(user="alice")
+    alice = sim.client(tok)
+    t.eq(alice.get(f"/api/v1/namespaces/{NS}/pods").status, 403, "before")
+    A.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles",
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]})
+    A.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings",
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "alice-pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "pod-reader"},
+            "subjects": [{"kind": "User", "name": "alice",
+                          "apiGroup": "rbac.authorization.k8s.io"}]})
+    t.eq(alice.get(f"/api/v1/namespaces/{NS}/pods").status, 200, "after")
+    t.eq(alice.get(f"/api/v1/namespaces/{NS}/pods/x").status, 403, "get is still denied")
+
+
+@t.test
+def sim_endpoints_are_admin_only():
+    r = B.get("/_sim/state")
+    t.eq(r.status, 403, "backend on /_sim")
+    t.eq(r.json.get("kind"), "Status", "403 Status")
+    t.eq(sim.client(None).get("/_sim/state").status, 401, "no token on /_sim")
+    t.eq(A.get("/_sim/state").status, 200, "admin on /_sim")
+
+
+sim.stop()
+t.done()
