@@ -8,8 +8,9 @@ Flow as the page does it: POST /api/sessions, poll until ready, POST
 /api/sessions/{id}/console-ticket, open ws://<front end><url> with subprotocol
 labvm-console.v1. Tickets the API never hands out (forged, expired, another
 user's, for a session not ready or ended) are minted with tests/lib/labvm_ticket.py.
-"Opens no upstream" is asserted with the bridge's own counters
-(GET /console-stats on its port, not reachable through the front end).
+"Opens no upstream" is asserted on both sides: the bridge's own counters
+(GET /console-stats on its port, not reachable through the front end) and the
+simulator's request counter (/_sim/stats: no request between before and after).
 
 The idle case waits 62 s with no traffic from the client (client pings off):
 only the bridge's WebSocket pings keep lighttpd (max-read-idle 60 s) and the
@@ -35,6 +36,7 @@ import websockets
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import labvm_ticket as lt  # noqa: E402
+from labclient import Kube  # noqa: E402
 from tap import T  # noqa: E402
 
 t = T()
@@ -84,6 +86,15 @@ def api(method, path, user=USER, body=None, base=FRONT):
 def stats():
     with urllib.request.urlopen(CONSOLE + "/console-stats", timeout=5) as r:
         return json.loads(r.read())
+
+
+kube = Kube()
+
+
+def sim_requests():
+    """Requests the simulator has served (this one included)."""
+    r = kube.request("GET", "/_sim/stats")
+    return r.json["requests"]
 
 
 def end_open_sessions(user):
@@ -190,7 +201,10 @@ async def refused(url, user=USER):
 
 def check_refusal(url, want, user=USER, what=""):
     before = stats()["upstream_connects"]
+    sim_before = sim_requests()
     code, reason, closed, states = run(refused(url, user))
+    # nothing reached the cluster meanwhile: only our own /_sim/stats call
+    t.eq(sim_requests() - sim_before, 1, f"{what}: the simulator saw no request")
     t.eq(code, want, f"{what}: close code (reason {reason!r})")
     t.ok(closed is not None and closed.get("code") == code and closed.get("reason") == reason,
          f"{what}: closed message before the close frame matches", closed)
@@ -245,7 +259,10 @@ def keystroke_is_relayed_at_once():
         ok = await c.until(lambda x: b"x" in x.out[n:], 5)
         t.ok(ok, "single keystroke echoed")
         t.ok(time.monotonic() - t0 < 1.0, "within a second", time.monotonic() - t0)
-        await c.send(b"\x15")  # ^U: erase the line again
+        await c.send(b"\x15\r")  # ^U: erase the line again, and a fresh prompt
+        n = len(c.out)
+        t.ok(await c.until(lambda x: PROMPT.search(bytes(x.out[n:][-64:])) is not None, 5),
+             "fresh prompt")
         await c.close()
     run(go())
 
@@ -256,7 +273,7 @@ def seq_200000_arrives_complete_and_in_order():
 
     async def go():
         c = await Console.open(ticket(lab["id"])["url"])
-        await c.prompt(15)
+        t.ok(await c.prompt(15), "prompt", bytes(c.out[-100:]))
         c.out.clear()
         await c.send(b"seq 1 200000; echo END-$((6*7))\r")
         ok = await c.expect(b"END-42\r\n", 120)
