@@ -502,12 +502,24 @@ class Handler(BaseHTTPRequestHandler):
         except Dropped:
             raise
         except errors.ApiError as e:
+            self.drain_body()
             self.send_error_status(e)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             raise
         except Exception as e:  # noqa: BLE001
             sim.log("internal error: " + traceback.format_exc())
             self.send_error_status(errors.internal(str(e)))
+
+    def drain_body(self):
+        """An error answered before the body was read must still consume it:
+        on a keep-alive connection the unread bytes would otherwise be parsed
+        as the next request (the real API server always reads the body)."""
+        if hasattr(self, "_body"):
+            return
+        try:
+            self.body()
+        except Exception:  # noqa: BLE001 - unreadable: do not reuse the connection
+            self.close_connection = True
 
     def authenticate(self):
         auth = self.headers.get("Authorization") or ""
