@@ -97,9 +97,9 @@ def importing():
     api.end(start_and_check("containerdisk", "importing", "importing")["id"])
 
 
-@t.test(name="PVC not bound yet by a CDI import: containerDisk, importing")
+@t.test(name="CDI importer pod still pending: containerDisk, importing")
 def importing_pending():
-    make_pvc(annotations={"cdi.kubevirt.io/storage.pod.phase": "Pending"}, bound=False)
+    make_pvc(annotations={"cdi.kubevirt.io/storage.pod.phase": "Pending"})
     api.end(start_and_check("containerdisk", "importing", "pending import")["id"])
 
 

@@ -45,9 +45,10 @@ class T:
             self._fail(msg)
         return bool(cond)
 
-    def eq(self, got, want, what=""):
+    def eq(self, got, want, what="", diag=None):
         if got != want:
-            self._fail(f"{what}: got {got!r}, want {want!r}")
+            extra = f" ({diag})" if diag is not None else ""
+            self._fail(f"{what}: got {got!r}, want {want!r}{extra}")
             return False
         return True
 
