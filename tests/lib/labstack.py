@@ -30,7 +30,8 @@ import urllib.request
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PGBIN = "/usr/lib/postgresql/15/bin"
 PASSWORD = "labvm"
-USERS = 200
+USERS = 200          # the demo's students: student1..student200
+TEST_USERS = 400     # test stacks have more, so suites can each reserve their own
 
 
 class StackError(Exception):
@@ -257,7 +258,7 @@ class Stack:
         h = subprocess.run(["openssl", "passwd", "-apr1", "-salt", "labvmdmo", PASSWORD],
                            capture_output=True, text=True, check=True).stdout.strip()
         with open(out, "w") as f:
-            for i in range(1, USERS + 1):
+            for i in range(1, (USERS if self.demo else TEST_USERS) + 1):
                 f.write(f"student{i}:{h}\n")
             f.write(f"teacher:{h}\n")
         os.chmod(out, 0o644)
