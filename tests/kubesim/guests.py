@@ -270,8 +270,9 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         pid = self._init()
         if not pid:
             raise GuestError("guest is not running")
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r",
-                f"--wd={wd}" if wd else "-w", "--"] + argv
+        if wd and argv[:2] == ["/usr/bin/env", "-i"]:
+            argv = argv[:2] + ["-C", wd] + argv[2:]   # chdir inside the guest's root
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--"] + argv
 
     def _guest_env(self, extra=None):
         e = {"PATH": GUEST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root",
@@ -331,7 +332,7 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                                  ["/usr/bin/setsid", "-c", "/bin/bash", "-l"], wd="/root")
         else:
             script = ('h=$(hostname); while :; do printf "\\r\\nDebian GNU/Linux 12 %s ttyS0'
-                      '\\r\\n\\r\\n%s login: " "$h" "$h"; read -r u || exit 0; '
+                      '\\r\\n\\r\\n%s login: " "$h" "$h"; read -r u || exit 0; [ -z "$u" ] && continue; '
                       'printf "Password: "; stty -echo; read -r p; stty echo; sleep 2; '
                       'printf "\\r\\nLogin incorrect\\r\\n"; done')
             argv = self._nsenter(self._guest_env({"TERM": "vt220"}) +
