@@ -222,7 +222,13 @@ class QemuGuest:
         # boot_delay: a real guest takes the time it takes. env: the process
         # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
         # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
+        if not name:
+            raise GuestError("a guest needs a name")
         self.name = name
+        # stable per VM, as KubeVirt's NoCloud meta-data (<vmi>.<namespace>):
+        # cloud-init runs its per-instance modules (runcmd) once per disk
+        self.instance_id = instance_id or name
+        self.hostname = re.sub(r"[^a-z0-9-]+", "-", (hostname or name).lower()).strip("-")[:63] or "guest"
         self.workdir = os.path.abspath(workdir)
         self.userdata = userdata.encode() if isinstance(userdata, str) else bytes(userdata or b"")
         self.ip = ip
