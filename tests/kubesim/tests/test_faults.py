@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""kubesim: fault injection and the /_sim endpoints (timeout: 90)."""
+import http.client
+import ssl
+import time
+
+from simlib import SECRETS, VMS, Sim, secret, vm
+from tap import T
+
+t = T()
+sim = Sim(guest="none")
+A, B = sim.admin, sim.backend
+
+
+def fault(**kw):
+    r = A.post("/_sim/faults", kw)
+    t.eq(r.status, 201, f"fault accepted {kw}")
+    return r.json
+
+
+@t.test
+def status_code_n_times():
+    fault(verb="create", resource="virtualmachines", code=503, times=2)
+    codes = [B.post(VMS, vm(f"f-{i}", run_strategy="Halted")).status for i in range(3)]
+    t.eq(codes, [503, 503, 201], "two failures then success")
+    r = B.post(VMS, vm("f-x", run_strategy="Halted"))
+    t.eq(r.status, 201, "rule used up")
+    fault(verb="get", resource="secrets", code=500, times=1)
+    r = B.get(SECRETS + "/whatever")
+    t.eq(r.status, 500, "500")
+    t.eq((r.json or {}).get("reason"), "InternalError", "500 is a Status with InternalError")
+    fault(verb="*", resource="*", code=429, times=1, retry_after=2)
+    r = B.get(SECRETS)
+    t.eq(r.status, 429, "429")
+    t.eq(r.headers.get("retry-after"), "2", "Retry-After")
+    t.eq(B.get(SECRETS).status, 200, "then normal")
+
+
+@t.test
+def only_matching_requests():
+    fault(verb="list", resource="virtualmachines", code=503, times=1, namespace="labs")
+    t.eq(B.get(SECRETS).status, 200, "other resource unaffected")
+    t.eq(B.get(VMS + "/f-2").status, 200, "other verb unaffected")
+    t.eq(B.get(VMS).status, 503, "matching request fails")
+    fault(verb="delete", resource="secrets", name="only-this", code=409, times=1)
+    B.post(SECRETS, secret("not-this", "x"))
+    t.eq(B.delete(SECRETS + "/not-this").status, 200, "name mismatch unaffected")
+    A.delete("/_sim/faults")
+
+
+@t.test
+def delay():
+    fault(verb="get", resource="persistentvolumeclaims", delay_ms=400, times=1)
+    t0 = time.monotonic()
+    r = B.get("/api/v1/namespaces/labs/persistentvolumeclaims/golden-debian-12")
+    took = time.monotonic() - t0
+    t.eq(r.status, 200, "delay only: the request still succeeds")
+    t.ok(0.35 < took < 2, f"delayed ({took:.2f}s)")
+
+
+@t.test
+def drop_connection():
+    fault(verb="list", resource="secrets", drop=True, times=1)
+    ctx = ssl.create_default_context(cafile=sim.ca)
+    c = http.client.HTTPSConnection("127.0.0.1", sim.port, context=ctx, timeout=5)
+    c.request("GET", SECRETS, headers={"Authorization": "Bearer " + sim.backend_token})
+    try:
+        c.getresponse().read()
+        dropped = False
+    except (http.client.RemoteDisconnected, ConnectionResetError, ssl.SSLError, OSError):
+        dropped = True
+    c.close()
+    t.ok(dropped, "connection dropped without an answer")
+    t.eq(B.get(SECRETS).status, 200, "next request fine")
+
+
+@t.test
+def probability():
+    fault(verb="get", resource="nodes", code=503, probability=0.5)
+    codes = [A.get("/api/v1/nodes/node-1").status for _ in range(200)]
+    n = codes.count(503)
+    t.ok(50 < n < 150, f"about half fail ({n}/200)")
+    A.delete("/_sim/faults")
+    t.eq(A.get("/api/v1/nodes/node-1").status, 200, "cleared")
+
+
+@t.test
+def list_and_clear_and_validation():
+    fault(verb="watch", code=500)
+    r = A.get("/_sim/faults")
+    t.eq(len(r.json["rules"]), 1, "listed")
+    r = A.delete("/_sim/faults")
+    t.eq(r.json, {"cleared": 1}, "cleared")
+    t.eq(A.post("/_sim/faults", {"verb": "get"}).status, 400, "a rule needs an effect")
+    t.eq(A.post("/_sim/faults", {"verb": "frob", "code": 500}).status, 400, "bad verb")
+    t.eq(B.post("/_sim/faults", {"code": 500}).status, 403, "admin only")
+
+
+@t.test
+def faults_do_not_touch_sim_endpoints():
+    fault(verb="*", resource="*", code=503)
+    t.eq(A.get("/_sim/state").status, 200, "/_sim unaffected")
+    t.eq(B.get(SECRETS).status, 503, "API affected")
+    A.delete("/_sim/faults")
+
+
+@t.test
+def down_and_up():
+    t.eq(A.post("/_sim/down").status, 200, "down")
+    ctx = ssl.create_default_context(cafile=sim.ca)
+    c = http.client.HTTPSConnection("127.0.0.1", sim.port, context=ctx, timeout=5)
+    try:
+        c.request("GET", "/version", headers={"Authorization": "Bearer " + sim.admin_token})
+        c.getresponse().read()
+        answered = True
+    except (http.client.RemoteDisconnected, ConnectionResetError, ssl.SSLError, OSError):
+        answered = False
+    c.close()
+    t.ok(not answered, "every API request is dropped while down")
+    t.eq(A.get("/_sim/state").status, 200, "/_sim still answers")
+    t.eq(A.post("/_sim/up").status, 200, "up")
+    t.eq(B.get(SECRETS).status, 200, "API back")
+
+
+@t.test
+def watch_dropped_when_down():
+    w = A.watch(SECRETS + "?watch=1&timeoutSeconds=10")
+    t0 = time.monotonic()
+    A.post("/_sim/down")
+    end = None
+    while time.monotonic() - t0 < 5:
+        try:
+            e = w.next()
+        except Exception:  # noqa: BLE001 - a broken stream is what we want
+            e = None
+        if e is None:
+            end = time.monotonic() - t0
+            break
+    A.post("/_sim/up")
+    t.ok(end is not None and end < 3, "open watches end when the API goes down", end)
+
+
+@t.test
+def state_profile_stats_tokens():
+    r = A.get("/_sim/state")
+    t.ok("virtualmachines" in r.json["objects"] and r.json["resourceVersion"], "state dump")
+    r = A.post("/_sim/profile", {"profile": "realistic", "time_scale": 0.1})
+    t.eq((r.json["profile"], r.json["time_scale"]), ("realistic", 0.1), "profile switched")
+    t.eq(A.post("/_sim/profile", {"profile": "nope"}).status, 400, "unknown profile")
+    A.post("/_sim/profile", {"profile": "fast", "time_scale": 1})
+    r = A.get("/_sim/stats")
+    t.ok(r.json["rss_bytes"] > 0 and r.json["requests"] > 0, "stats")
+    tok = sim.token(user="bob", groups=["devs"])
+    t.eq(sim.client(tok).get("/version").status, 200, "minted token authenticates")
+
+
+sim.stop()
+t.done()
