@@ -1,0 +1,167 @@
+/* api.c - the student API through the front end (libcurl, HTTP Basic,
+ * keep-alive per handle), with the answer's Server-Timing and Retry-After. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bench.h"
+
+#define API_MAX_BODY (4u << 20)
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+	struct bapi *a = ud;
+	size_t n = size * nmemb;
+	if (a->body.len + n > API_MAX_BODY)
+		return 0;
+	buf_append(&a->body, data, n);
+	return n;
+}
+
+/* "db;dur=0.12, kube;dur=3.40, agent;dur=0.00, app;dur=4.10" */
+static double timing_of(const char *v, size_t len, const char *name)
+{
+	size_t nl = strlen(name);
+	for (size_t i = 0; i + nl + 5 <= len; i++) {
+		if ((i == 0 || v[i - 1] == ' ' || v[i - 1] == ',') && strncmp(v + i, name, nl) == 0 &&
+		    strncmp(v + i + nl, ";dur=", 5) == 0)
+			return strtod(v + i + nl + 5, NULL);
+	}
+	return NAN;
+}
+
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
+{
+	struct bapi *a = ud;
+	size_t n = size * nmemb;
+	static const char st[] = "server-timing:", ra[] = "retry-after:";
+	if (n > sizeof st - 1 && strncasecmp(data, st, sizeof st - 1) == 0) {
+		char v[256];
+		size_t m = n - (sizeof st - 1);
+		if (m >= sizeof v)
+			m = sizeof v - 1;
+		memcpy(v, data + sizeof st - 1, m);
+		v[m] = '\0';
+		a->st_app_ms = timing_of(v, m, "app");
+		a->st_db_ms = timing_of(v, m, "db");
+		a->st_kube_ms = timing_of(v, m, "kube");
+		a->st_agent_ms = timing_of(v, m, "agent");
+	} else if (n > sizeof ra - 1 && strncasecmp(data, ra, sizeof ra - 1) == 0) {
+		a->retry_after = strtol(data + sizeof ra - 1, NULL, 10);
+	}
+	return n;
+}
+
+int bapi_init(struct bapi *a, const char *base, const char *user, const char *password)
+{
+	memset(a, 0, sizeof *a);
+	a->h = curl_easy_init();
+	if (!a->h)
+		return -1;
+	a->base = xstrdup(base);
+	size_t n = strlen(a->base);
+	while (n && a->base[n - 1] == '/')
+		a->base[--n] = '\0';
+	a->user = xstrdup(user);
+	a->password = xstrdup(password);
+	return 0;
+}
+
+void bapi_cleanup(struct bapi *a)
+{
+	if (a->h)
+		curl_easy_cleanup(a->h);
+	free(a->base);
+	free(a->user);
+	if (a->password) {
+		explicit_bzero(a->password, strlen(a->password));
+		free(a->password);
+	}
+	buf_free(&a->body);
+	memset(a, 0, sizeof *a);
+}
+
+long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON *body,
+	       cJSON **out)
+{
+	struct curl_slist *hdrs = NULL, *t;
+	char *json = NULL, *url = xasprintf("%s%s", a->base, path);
+	long code = 0;
+	CURLcode rc;
+
+	if (out)
+		*out = NULL;
+	buf_reset(&a->body);
+	a->msg[0] = a->err[0] = '\0';
+	a->st_app_ms = a->st_db_ms = a->st_kube_ms = a->st_agent_ms = NAN;
+	a->retry_after = -1;
+	a->ms = NAN;
+	t = curl_slist_append(NULL, "Accept: application/json");
+	if (!t)
+		goto oom;
+	hdrs = t;
+	if (body) {
+		json = cJSON_PrintUnformatted(body);
+		if (!json)
+			goto oom;
+		t = curl_slist_append(hdrs, "Content-Type: application/json");
+		if (!t)
+			goto oom;
+		hdrs = t;
+	}
+	curl_easy_reset(a->h); /* options only: the connection stays */
+	if (curl_easy_setopt(a->h, CURLOPT_URL, url) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_USERNAME, a->user) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_PASSWORD, a->password) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_CONNECTTIMEOUT_MS, 10000L) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_TIMEOUT_MS, 120000L) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_ERRORBUFFER, a->err) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_WRITEDATA, a) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_HEADERDATA, a) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK) {
+		snprintf(a->msg, sizeof a->msg, "curl setup failed");
+		goto out;
+	}
+	if (json && (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
+		     curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK)) {
+		snprintf(a->msg, sizeof a->msg, "curl setup failed");
+		goto out;
+	}
+	if (strcmp(method, "GET") == 0 && curl_easy_setopt(a->h, CURLOPT_HTTPGET, 1L) != CURLE_OK) {
+		snprintf(a->msg, sizeof a->msg, "curl setup failed");
+		goto out;
+	}
+	double t0 = util_mono_s();
+	rc = curl_easy_perform(a->h);
+	a->ms = (util_mono_s() - t0) * 1000.0;
+	if (rc != CURLE_OK) {
+		snprintf(a->msg, sizeof a->msg, "%s %.200s: %.250s", method, path,
+			 a->err[0] ? a->err : curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
+	if (out && a->body.len)
+		*out = cJSON_ParseWithLength(a->body.p, a->body.len);
+	goto out;
+oom:
+	snprintf(a->msg, sizeof a->msg, "out of memory");
+out:
+	curl_slist_free_all(hdrs);
+	if (json)
+		cJSON_free(json);
+	free(url);
+	return code;
+}
+
+const char *bapi_error_code(const cJSON *o)
+{
+	const char *e = kj_str(o, "error");
+	return e ? e : "";
+}

@@ -1,0 +1,842 @@
+/* console.c - `labvm-bench console`: console relay throughput and keystroke
+ * latency through the bridge, against a direct connection to the VMI console.
+ *
+ * The method is the console engineer's benchmarks/console-bench.py, ported
+ * to C so an operator needs nothing but this binary and a student account:
+ *
+ *   throughput  `head -c MB | tr '\0' x | fold -w 99` in the guest; MB/s of
+ *               console bytes received until the end marker (pty and all);
+ *               median over --runs, paths interleaved within each run.
+ *   latency     `stty -icanon; cat >/dev/null`, then one keystroke at a time:
+ *               time until the tty's echo comes back; p50/p90/p99.
+ *
+ * Paths: "direct" (the cluster's console subresource, wss, plain.kubevirt.io,
+ * the read token), "bridge" (labvm-console's own port, --console-url) and
+ * "frontend" (the front end's /console/, as the browser does). The bridge
+ * paths use a fresh ticket from POST /api/sessions/{id}/console-ticket each
+ * time. KubeVirt allows one console per VMI and a new one kicks the old, so
+ * the paths run one after the other on the same lab, never at once.
+ * --rss runs the console engineer's script for the bridge's memory figures. */
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libwebsockets.h>
+
+#include "bench.h"
+#include "jsonx.h"
+
+#define BRIDGE_PROTO "labvm-console.v1"
+#define KUBEVIRT_PROTO "plain.kubevirt.io"
+#define RX_KEEP_MAX (1u << 20)
+
+enum ws_state { WS_CONNECTING, WS_OPEN, WS_CLOSED, WS_FAILED };
+
+struct wsc {
+	struct lws *wsi;
+	enum ws_state state;
+	char why[200];
+	char *auth;                 /* Authorization header value: SECRET */
+	struct buf rx;              /* binary bytes since the last clear (capped) */
+	size_t rx_total;
+	char tail[64];
+	size_t tail_len;
+	struct buf txt;             /* text message being assembled */
+	char last_text[512];
+	int text_count;
+	unsigned char *tx;          /* pending message, LWS_PRE headroom */
+	size_t tx_len;
+	int closing;
+};
+
+struct wsx {
+	struct lws_context *ctx;
+	lws_sorted_usec_list_t sul;
+};
+
+static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+		     size_t len)
+{
+	struct wsc *c = lws_get_opaque_user_data(wsi);
+
+	switch (reason) {
+	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
+		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
+		if (c && c->auth &&
+		    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
+						 (const unsigned char *)c->auth,
+						 (int)strlen(c->auth), p, end))
+			return -1;
+		return 0;
+	}
+	case LWS_CALLBACK_CLIENT_ESTABLISHED:
+		if (c)
+			c->state = WS_OPEN;
+		return 0;
+	case LWS_CALLBACK_CLIENT_RECEIVE:
+		if (!c)
+			return 0;
+		if (lws_frame_is_binary(wsi)) {
+			c->rx_total += len;
+			if (c->rx.len + len <= RX_KEEP_MAX)
+				buf_append(&c->rx, in, len);
+			/* the last bytes, for end markers split across frames */
+			if (len >= sizeof c->tail) {
+				memcpy(c->tail, (char *)in + len - sizeof c->tail, sizeof c->tail);
+				c->tail_len = sizeof c->tail;
+			} else {
+				size_t keep = sizeof c->tail - len;
+				if (keep > c->tail_len)
+					keep = c->tail_len;
+				memmove(c->tail, c->tail + c->tail_len - keep, keep);
+				memcpy(c->tail + keep, in, len);
+				c->tail_len = keep + len;
+			}
+		} else {
+			if (c->txt.len < 64 * 1024)
+				buf_append(&c->txt, in, len);
+			if (lws_is_final_fragment(wsi)) {
+				snprintf(c->last_text, sizeof c->last_text, "%s",
+					 c->txt.p ? c->txt.p : "");
+				c->text_count++;
+				buf_reset(&c->txt);
+			}
+		}
+		return 0;
+	case LWS_CALLBACK_CLIENT_WRITEABLE:
+		if (!c)
+			return -1;
+		if (c->closing) {
+			lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"bye", 3);
+			return -1;
+		}
+		if (c->tx) {
+			int m = lws_write(wsi, c->tx + LWS_PRE, c->tx_len, LWS_WRITE_BINARY);
+			free(c->tx);
+			c->tx = NULL;
+			if (m < (int)c->tx_len)
+				return -1;
+		}
+		return 0;
+	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+		if (c && len >= 2) {
+			const unsigned char *b = in;
+			snprintf(c->why, sizeof c->why, "closed by the server (%d%s%.*s)",
+				 b[0] << 8 | b[1], len > 2 ? ": " : "", (int)(len > 120 ? 118 : len - 2),
+				 (const char *)b + 2);
+		}
+		return 0;
+	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+		if (c) {
+			int st = lws_http_client_http_response(wsi);
+			if (st > 0 && st != 101)
+				snprintf(c->why, sizeof c->why, "HTTP %d", st);
+			else
+				snprintf(c->why, sizeof c->why, "%s",
+					 in ? (const char *)in : "connection error");
+			c->state = WS_FAILED;
+			c->wsi = NULL;
+		}
+		return 0;
+	case LWS_CALLBACK_CLIENT_CLOSED:
+		if (c) {
+			c->state = WS_CLOSED;
+			c->wsi = NULL;
+		}
+		return 0;
+	default:
+		break;
+	}
+	return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static const struct lws_protocols PROTOCOLS[] = {
+	{ "bench-client", cb_client, 0, 0, 0, NULL, 0 },
+	{ NULL, NULL, 0, 0, 0, NULL, 0 },
+};
+
+/* wake lws_service at least every 5 ms, so the waits below see their deadlines */
+static void tick(lws_sorted_usec_list_t *sul)
+{
+	struct wsx *x = lws_container_of(sul, struct wsx, sul);
+	lws_sul_schedule(x->ctx, 0, &x->sul, tick, 5 * LWS_US_PER_MS);
+}
+
+static int wsx_init(struct wsx *x, const char *ca)
+{
+	struct lws_context_creation_info info;
+	memset(x, 0, sizeof *x);
+	memset(&info, 0, sizeof info);
+	lws_set_log_level(LLL_ERR, NULL);
+	info.port = CONTEXT_PORT_NO_LISTEN;
+	info.protocols = PROTOCOLS;
+	info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+	info.client_ssl_ca_filepath = ca;
+	x->ctx = lws_create_context(&info);
+	if (!x->ctx)
+		return -1;
+	lws_sul_schedule(x->ctx, 0, &x->sul, tick, 5 * LWS_US_PER_MS);
+	return 0;
+}
+
+static void wsx_free(struct wsx *x)
+{
+	if (x->ctx)
+		lws_context_destroy(x->ctx);
+	x->ctx = NULL;
+}
+
+static void pump(struct wsx *x)
+{
+	lws_service(x->ctx, 0);
+}
+
+/* ws[s]://host[:port]/path -> parts (path keeps its query) */
+static int parse_url(const char *url, int *tls, char *host, size_t hn, int *port, char *path,
+		     size_t pn)
+{
+	const char *h;
+	if (strncmp(url, "ws://", 5) == 0 || strncmp(url, "http://", 7) == 0) {
+		*tls = 0;
+		*port = 80;
+	} else if (strncmp(url, "wss://", 6) == 0 || strncmp(url, "https://", 8) == 0) {
+		*tls = 1;
+		*port = 443;
+	} else {
+		return -1;
+	}
+	h = strstr(url, "://") + 3;
+	const char *slash = strchr(h, '/');
+	if (!slash)
+		slash = h + strlen(h);
+	const char *colon = memchr(h, ':', (size_t)(slash - h));
+	const char *he = colon ? colon : slash;
+	if (he == h || (size_t)(he - h) >= hn)
+		return -1;
+	memcpy(host, h, (size_t)(he - h));
+	host[he - h] = '\0';
+	if (colon) {
+		*port = atoi(colon + 1);
+		if (*port <= 0 || *port > 65535)
+			return -1;
+	}
+	snprintf(path, pn, "%s", *slash ? slash : "/");
+	return 0;
+}
+
+static void wsc_reset(struct wsc *c)
+{
+	buf_free(&c->rx);
+	buf_free(&c->txt);
+	free(c->tx);
+	if (c->auth) {
+		explicit_bzero(c->auth, strlen(c->auth));
+		free(c->auth);
+	}
+	memset(c, 0, sizeof *c);
+}
+
+static void wsc_close(struct wsx *x, struct wsc *c)
+{
+	if (c->wsi && c->state == WS_OPEN) {
+		c->closing = 1;
+		lws_callback_on_writable(c->wsi);
+		double end = util_mono_s() + 3;
+		while (c->wsi && util_mono_s() < end)
+			pump(x);
+	}
+	if (c->wsi) { /* never answered: detach, let lws kill it */
+		lws_set_opaque_user_data(c->wsi, NULL);
+		lws_set_timeout(c->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+		pump(x);
+	}
+	wsc_reset(c);
+}
+
+static int wsc_open(struct wsx *x, struct wsc *c, const char *url, const char *proto,
+		    const char *auth, double timeout)
+{
+	struct lws_client_connect_info i;
+	char host[256], path[2048];
+	int tls, port;
+
+	memset(c, 0, sizeof *c);
+	if (parse_url(url, &tls, host, sizeof host, &port, path, sizeof path) < 0) {
+		snprintf(c->why, sizeof c->why, "bad URL");
+		return -1;
+	}
+	c->auth = auth ? xstrdup(auth) : NULL;
+	c->state = WS_CONNECTING;
+	memset(&i, 0, sizeof i);
+	i.context = x->ctx;
+	i.address = host;
+	i.port = port;
+	i.path = path;
+	i.host = host;
+	i.origin = host;
+	i.ssl_connection = tls ? LCCSCF_USE_SSL : 0;
+	i.protocol = proto;
+	i.local_protocol_name = "bench-client";
+	i.opaque_user_data = c;
+	i.pwsi = &c->wsi;
+	if (!lws_client_connect_via_info(&i)) {
+		if (!c->why[0])
+			snprintf(c->why, sizeof c->why, "cannot connect");
+		c->wsi = NULL;
+		return -1;
+	}
+	double end = util_mono_s() + timeout;
+	while (c->state == WS_CONNECTING && util_mono_s() < end && !bench_stop)
+		pump(x);
+	if (c->state != WS_OPEN) {
+		if (!c->why[0])
+			snprintf(c->why, sizeof c->why, "no answer within %.0f s", timeout);
+		return -1;
+	}
+	return 0;
+}
+
+static int wsc_send(struct wsx *x, struct wsc *c, const void *data, size_t n)
+{
+	if (c->state != WS_OPEN || !c->wsi)
+		return -1;
+	c->tx = xmalloc(LWS_PRE + n);
+	memcpy(c->tx + LWS_PRE, data, n);
+	c->tx_len = n;
+	lws_callback_on_writable(c->wsi);
+	double end = util_mono_s() + 10;
+	while (c->tx && c->state == WS_OPEN && util_mono_s() < end)
+		pump(x);
+	return c->tx ? -1 : 0;
+}
+
+static void wsc_clear(struct wsc *c)
+{
+	buf_reset(&c->rx);
+}
+
+static int rx_has(const struct wsc *c, const char *needle)
+{
+	return c->rx.p && memmem(c->rx.p, c->rx.len, needle, strlen(needle)) != NULL;
+}
+
+static int tail_has(const struct wsc *c, const char *needle)
+{
+	return memmem(c->tail, c->tail_len, needle, strlen(needle)) != NULL;
+}
+
+/* service until needle arrives (in the kept bytes); 0, or -1 on timeout/close */
+static int wsc_until(struct wsx *x, struct wsc *c, const char *needle, double timeout)
+{
+	double end = util_mono_s() + timeout;
+	while (!rx_has(c, needle)) {
+		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop)
+			return -1;
+		pump(x);
+	}
+	return 0;
+}
+
+static void wsc_drain(struct wsx *x, struct wsc *c, double quiet)
+{
+	double end = util_mono_s() + quiet;
+	size_t seen = c->rx_total;
+	while (util_mono_s() < end && c->state == WS_OPEN) {
+		pump(x);
+		if (c->rx_total != seen) {
+			seen = c->rx_total;
+			end = util_mono_s() + quiet;
+		}
+	}
+}
+
+/* ------------------------------------------------------------- the method */
+
+static int fresh_prompt(struct wsx *x, struct wsc *c)
+{
+	wsc_clear(c);
+	if (wsc_send(x, c, "\003\r", 2) < 0)
+		return -1;
+	wsc_drain(x, c, 0.3);
+	wsc_clear(c);
+	static const char cmd[] = "echo PROMPT-$((40+2))\r";
+	if (wsc_send(x, c, cmd, sizeof cmd - 1) < 0 || wsc_until(x, c, "PROMPT-42\r\n", 15) < 0)
+		return -1;
+	wsc_drain(x, c, 0.2);
+	wsc_clear(c);
+	return 0;
+}
+
+static int throughput_once(struct wsx *x, struct wsc *c, int mb, double *mbps, size_t *bytes)
+{
+	char cmd[160];
+	if (fresh_prompt(x, c) < 0)
+		return -1;
+	snprintf(cmd, sizeof cmd,
+		 "head -c %d /dev/zero | tr '\\0' x | fold -w 99; echo DONE-$((40+2))\r",
+		 mb * 1000 * 1000);
+	size_t start = c->rx_total;
+	c->tail_len = 0;
+	double t0 = util_mono_s();
+	if (wsc_send(x, c, cmd, strlen(cmd)) < 0)
+		return -1;
+	double end = t0 + 300;
+	while (!tail_has(c, "DONE-42\r\n")) {
+		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop)
+			return -1;
+		pump(x);
+		if (c->rx.len > RX_KEEP_MAX / 2)
+			wsc_clear(c);
+	}
+	double dt = util_mono_s() - t0;
+	*bytes = c->rx_total - start;
+	*mbps = (double)*bytes / dt / 1e6;
+	wsc_clear(c);
+	return 0;
+}
+
+static int latency_once(struct wsx *x, struct wsc *c, int keys, struct dvec *out)
+{
+	static const char setup[] = "stty -icanon; cat >/dev/null\r";
+	if (fresh_prompt(x, c) < 0 || wsc_send(x, c, setup, sizeof setup - 1) < 0)
+		return -1;
+	wsc_drain(x, c, 0.5);
+	for (int i = 0; i < keys; i++) {
+		char ch[2] = { (char)('a' + i % 26), '\0' };
+		wsc_clear(c);
+		double t0 = util_mono_s();
+		if (wsc_send(x, c, ch, 1) < 0 || wsc_until(x, c, ch, 10) < 0)
+			return -1;
+		dvec_push(out, (util_mono_s() - t0) * 1000.0);
+		struct timespec ts = { 0, 5 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	wsc_send(x, c, "\003", 1);
+	wsc_send(x, c, "stty icanon\r", 12);
+	wsc_drain(x, c, 0.2);
+	return 0;
+}
+
+/* ------------------------------------------------------------ connections */
+
+enum path_kind { P_DIRECT, P_BRIDGE, P_FRONTEND, P_COUNT };
+static const char *const PATH_NAME[P_COUNT] = { "direct", "bridge", "frontend" };
+
+struct ctx {
+	struct opts *o;
+	struct wsx x;
+	struct bapi api;
+	char user[64];
+	char sid[40], vm[80];
+	char *bearer;   /* SECRET */
+	char *basic;    /* SECRET */
+};
+
+/* the browser's way: a single-use ticket, then the bridge's "open" status */
+static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const char *auth)
+{
+	char *path = xasprintf("/api/sessions/%s/console-ticket", cx->sid);
+	cJSON *empty = jx_obj(), *t = NULL;
+	long code = bapi_call(&cx->api, "POST", path, empty, &t);
+	free(path);
+	cJSON_Delete(empty);
+	const char *url = kj_str(t, "url");
+	if (code != 200 || !url) {
+		snprintf(c->why, sizeof c->why, "console-ticket: HTTP %ld %s", code,
+			 bapi_error_code(t));
+		cJSON_Delete(t);
+		return -1;
+	}
+	/* the ticket's url is a path on the same host */
+	char *full = xasprintf("%s%s", base, url);
+	cJSON_Delete(t);
+	int rc = wsc_open(&cx->x, c, full, BRIDGE_PROTO, auth, 30);
+	explicit_bzero(full, strlen(full));
+	free(full);
+	if (rc < 0)
+		return -1;
+	double end = util_mono_s() + 30;
+	while (!strstr(c->last_text, "\"open\"")) {
+		if (strstr(c->last_text, "\"closed\"")) {
+			snprintf(c->why, sizeof c->why, "bridge refused: %.150s", c->last_text);
+			return -1;
+		}
+		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop) {
+			if (!c->why[0])
+				snprintf(c->why, sizeof c->why, "no \"open\" status from the bridge");
+			return -1;
+		}
+		pump(&cx->x);
+	}
+	return 0;
+}
+
+static char *ws_origin(const char *http_url)
+{
+	/* scheme and authority of the front end URL, ws instead of http */
+	const char *h = strstr(http_url, "://");
+	if (!h)
+		return NULL;
+	const char *slash = strchr(h + 3, '/');
+	size_t n = slash ? (size_t)(slash - (h + 3)) : strlen(h + 3);
+	int tls = strncmp(http_url, "https", 5) == 0;
+	return xasprintf("%s://%.*s", tls ? "wss" : "ws", (int)n, h + 3);
+}
+
+static int open_path(struct ctx *cx, enum path_kind k, struct wsc *c)
+{
+	struct opts *o = cx->o;
+	if (k == P_DIRECT) {
+		char *url = xasprintf("%s/apis/subresources.kubevirt.io/v1/namespaces/%s/"
+				      "virtualmachineinstances/%s/console",
+				      o->kube_url, o->namespace_, cx->vm);
+		char *wss = xasprintf("wss%s", strstr(url, "://"));
+		int rc = wsc_open(&cx->x, c, wss, KUBEVIRT_PROTO, cx->bearer, 30);
+		free(url);
+		free(wss);
+		return rc;
+	}
+	if (k == P_BRIDGE) {
+		char *base = ws_origin(o->console_url);
+		int rc = base ? open_bridge(cx, c, base, NULL) : -1;
+		free(base);
+		return rc;
+	}
+	char *base = ws_origin(o->url);
+	int rc = base ? open_bridge(cx, c, base, cx->basic) : -1;
+	free(base);
+	return rc;
+}
+
+static int run_rss(struct opts *o)
+{
+	char exe[4096], *script = NULL;
+	const char *src = getenv("LABVM_SRC");
+	if (src) {
+		script = xasprintf("%s/benchmarks/console-bench.py", src);
+	} else {
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+		if (n > 0) {
+			exe[n] = '\0';
+			script = xasprintf("%s/../../benchmarks/console-bench.py", dirname(exe));
+		}
+	}
+	if (!script || access(script, R_OK) != 0) {
+		printf("\nrss: benchmarks/console-bench.py not found (set LABVM_SRC)\n");
+		free(script);
+		return -1;
+	}
+	char *json = xasprintf("%s/%s-rss.json", o->out_dir, o->name);
+	printf("\nrss: %s --only rss (the console engineer's measurement)\n", script);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/usr/bin/python3", "python3", script, "--only", "rss", "--conns", "200",
+		      "--json", json, (char *)NULL);
+		_exit(127);
+	}
+	int st = 0;
+	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	free(script);
+	free(json);
+	return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int cmd_console(struct opts *o)
+{
+	struct ctx cx;
+	struct helper_like {
+		int ours;
+	} h = { 0 };
+	int use[P_COUNT] = { 0 }, rc = 0;
+	const char *lesson = o->lesson ? o->lesson : "linux-basics";
+	struct dvec tp[P_COUNT], lat[P_COUNT];
+	char *copyp = xstrdup(o->paths), *save = NULL;
+
+	memset(&cx, 0, sizeof cx);
+	memset(tp, 0, sizeof tp);
+	memset(lat, 0, sizeof lat);
+	cx.o = o;
+	for (char *t = strtok_r(copyp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int k;
+		for (k = 0; k < P_COUNT; k++)
+			if (strcmp(PATH_NAME[k], t) == 0)
+				use[k] = 1;
+		if (!strcmp(t, "direct") + !strcmp(t, "bridge") + !strcmp(t, "frontend") == 0) {
+			fprintf(stderr, "labvm-bench console: unknown path %s (direct, bridge, "
+					"frontend)\n",
+				t);
+			free(copyp);
+			return 2;
+		}
+	}
+	free(copyp);
+	if (!o->url) {
+		fprintf(stderr, "labvm-bench console: no --url (or LABVM_URL)\n");
+		return 2;
+	}
+	if (use[P_DIRECT] && (!o->kube_url || !o->kube_token_file || !o->kube_ca)) {
+		fprintf(stderr, "labvm-bench console: the direct path needs --kube-url, "
+				"--kube-token-file and --kube-ca\n");
+		return 2;
+	}
+	if (use[P_BRIDGE] && !o->console_url) {
+		fprintf(stderr, "labvm-bench console: the bridge path needs --console-url (or "
+				"LABVM_CONSOLE_URL); or leave it out with --paths\n");
+		return 2;
+	}
+	if (bench_users_load(o) < 0)
+		return 2;
+	if (use[P_DIRECT]) {
+		char *tok = util_read_file(o->kube_token_file, 64 * 1024, NULL);
+		if (!tok) {
+			fprintf(stderr, "labvm-bench console: cannot read %s\n", o->kube_token_file);
+			return 2;
+		}
+		util_rstrip(tok);
+		cx.bearer = xasprintf("Bearer %s", tok);
+		explicit_bzero(tok, strlen(tok));
+		free(tok);
+	}
+	bench_user(o, 0, cx.user);
+	{
+		char *up = xasprintf("%s:%s", cx.user, bench_password(o, 0));
+		char *b = util_b64(up, strlen(up));
+		cx.basic = xasprintf("Basic %s", b);
+		explicit_bzero(up, strlen(up));
+		explicit_bzero(b, strlen(b));
+		free(up);
+		free(b);
+	}
+	if (wsx_init(&cx.x, use[P_DIRECT] ? o->kube_ca : NULL) < 0) {
+		fprintf(stderr, "labvm-bench console: libwebsockets context failed\n");
+		rc = 1;
+		goto out;
+	}
+	if (bapi_init(&cx.api, o->url, cx.user, bench_password(o, 0)) < 0) {
+		rc = 1;
+		goto out;
+	}
+
+	/* one ready lab */
+	printf("labvm-bench console: a %s lab for %s; %d run(s) of %d MB and %d keystrokes per "
+	       "path\n",
+	       lesson, cx.user, o->runs, o->mb, o->keys);
+	fflush(stdout);
+	{
+		cJSON *body = jx_obj(), *s = NULL;
+		jx_add_str(body, "lesson", lesson);
+		double t0 = util_mono_s();
+		for (;;) {
+			long code = bapi_call(&cx.api, "POST", "/api/sessions", body, &s);
+			if (code == 201) {
+				h.ours = 1;
+				break;
+			}
+			const char *open_id = kj_str(s, "session.id");
+			if (code == 409 && open_id && o->end_existing) {
+				char *p = xasprintf("/api/sessions/%s", open_id);
+				bapi_call(&cx.api, "DELETE", p, NULL, NULL);
+				free(p);
+				cJSON_Delete(s);
+				s = NULL;
+				continue;
+			}
+			if (code == 409 && open_id) {
+				cJSON *inner = cJSON_DetachItemFromObjectCaseSensitive(s, "session");
+				cJSON_Delete(s);
+				s = inner;
+				break;
+			}
+			if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
+			    util_mono_s() - t0 < 300 && !bench_sleep(2)) {
+				cJSON_Delete(s);
+				s = NULL;
+				continue;
+			}
+			fprintf(stderr, "labvm-bench console: cannot start %s: %ld %s\n", lesson, code,
+				code ? bapi_error_code(s) : cx.api.msg);
+			cJSON_Delete(s);
+			cJSON_Delete(body);
+			rc = 1;
+			goto out;
+		}
+		cJSON_Delete(body);
+		snprintf(cx.sid, sizeof cx.sid, "%s", kj_str(s, "id") ? kj_str(s, "id") : "");
+		snprintf(cx.vm, sizeof cx.vm, "%s", kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
+		cJSON_Delete(s);
+		char *p = xasprintf("/api/sessions/%s", cx.sid);
+		const char *st = "starting";
+		while (!bench_stop && util_mono_s() - t0 < 600) {
+			cJSON *g = NULL;
+			if (bapi_call(&cx.api, "GET", p, NULL, &g) == 200 && kj_str(g, "state")) {
+				static char state[16];
+				snprintf(state, sizeof state, "%s", kj_str(g, "state"));
+				st = state;
+			}
+			cJSON_Delete(g);
+			if (strcmp(st, "starting") != 0)
+				break;
+			bench_sleep(0.5);
+		}
+		free(p);
+		if (strcmp(st, "ready") != 0) {
+			fprintf(stderr, "labvm-bench console: the lab is %s, not ready\n", st);
+			rc = 1;
+			goto out;
+		}
+	}
+	printf("lab ready: session %s, VM %s\n", cx.sid, cx.vm);
+
+	struct progress pr;
+	size_t total = (size_t)o->runs * 2 * (size_t)(use[0] + use[1] + use[2]), done = 0;
+	progress_start(&pr, "console", total, o->quiet);
+	for (int run = 1; run <= o->runs && !bench_stop && !rc; run++) {
+		for (int phase = 0; phase < 2 && !rc; phase++) {
+			for (int k = 0; k < P_COUNT && !bench_stop; k++) {
+				struct wsc c;
+				if (!use[k])
+					continue;
+				if (open_path(&cx, (enum path_kind)k, &c) < 0) {
+					fprintf(stderr, "\nlabvm-bench console: opening %s: %s\n",
+						PATH_NAME[k], c.why);
+					wsc_close(&cx.x, &c);
+					rc = 1;
+					break;
+				}
+				if (phase == 0) {
+					double mbps;
+					size_t bytes;
+					if (throughput_once(&cx.x, &c, o->mb, &mbps, &bytes) < 0) {
+						fprintf(stderr, "\nlabvm-bench console: %s throughput run "
+								"failed%s%s\n",
+							PATH_NAME[k], c.why[0] ? ": " : "", c.why);
+						rc = 1;
+					} else {
+						dvec_push(&tp[k], mbps);
+					}
+				} else if (latency_once(&cx.x, &c, o->keys, &lat[k]) < 0) {
+					fprintf(stderr, "\nlabvm-bench console: %s latency run failed%s%s\n",
+						PATH_NAME[k], c.why[0] ? ": " : "", c.why);
+					rc = 1;
+				}
+				wsc_close(&cx.x, &c);
+				char extra[64];
+				snprintf(extra, sizeof extra, "run %d, %s %s", run,
+					 phase ? "latency" : "throughput", PATH_NAME[k]);
+				progress_show(&pr, ++done, extra, 1);
+				bench_sleep(0.5);
+			}
+		}
+	}
+	progress_end(&pr);
+
+	cJSON *root = jx_obj(), *paths = jx_add_obj(root, "paths");
+	jx_add_str(root, "command", "console");
+	jx_add_str(root, "lesson", lesson);
+	jx_add_num(root, "runs", o->runs);
+	jx_add_num(root, "mb_per_run", o->mb);
+	jx_add_num(root, "keys_per_run", o->keys);
+	jx_add_str(root, "method", "throughput: head -c MB /dev/zero | tr '\\0' x | fold -w 99 in "
+				   "the guest, console bytes per second until the end marker, median "
+				   "of runs; latency: one byte to `cat` with -icanon until its echo");
+	printf("\n  %-9s %12s  %-28s %9s %9s %9s %9s\n", "path", "MB/s median", "runs",
+	       "RTT p50", "p90", "p99", "max (ms)");
+	double med[P_COUNT], p50[P_COUNT], p99[P_COUNT];
+	for (int k = 0; k < P_COUNT; k++) {
+		struct stats ts, ls;
+		med[k] = p50[k] = p99[k] = NAN;
+		if (!use[k])
+			continue;
+		stats_compute(tp[k].v, tp[k].n, &ts);
+		stats_compute(lat[k].v, lat[k].n, &ls);
+		med[k] = ts.p50;
+		p50[k] = ls.p50;
+		p99[k] = ls.p99;
+		char runs[64] = "";
+		for (size_t i = 0; i < tp[k].n && strlen(runs) < 50; i++)
+			snprintf(runs + strlen(runs), sizeof runs - strlen(runs), "%s%.2f",
+				 i ? " " : "", tp[k].v[i]);
+		printf("  %-9s %12.2f  %-28s %9.3f %9.3f %9.3f %9.3f\n", PATH_NAME[k], ts.p50, runs,
+		       ls.p50, ls.p90, ls.p99, ls.max);
+		cJSON *e = jx_add_obj(paths, PATH_NAME[k]);
+		cJSON *arr = jx_add_arr(e, "throughput_mbps_runs");
+		for (size_t i = 0; i < tp[k].n; i++)
+			jx_push(arr, cJSON_CreateNumber(round(tp[k].v[i] * 1000) / 1000));
+		if (isfinite(ts.p50))
+			jx_add_num(e, "throughput_mbps_median", round(ts.p50 * 1000) / 1000);
+		cJSON *l = jx_add_obj(e, "keystroke_rtt_ms");
+		jx_add_num(l, "n", (double)ls.n);
+		if (ls.n) {
+			jx_add_num(l, "p50", round(ls.p50 * 1000) / 1000);
+			jx_add_num(l, "p90", round(ls.p90 * 1000) / 1000);
+			jx_add_num(l, "p99", round(ls.p99 * 1000) / 1000);
+			jx_add_num(l, "max", round(ls.max * 1000) / 1000);
+		}
+	}
+	for (int k = P_BRIDGE; k < P_COUNT; k++) {
+		if (!use[k] || !use[P_DIRECT] || !isfinite(med[k]) || !isfinite(med[P_DIRECT]))
+			continue;
+		char key[48];
+		double ratio = med[k] / med[P_DIRECT];
+		printf("  throughput ratio %s/direct: %.2f; added keystroke latency p50 %+.3f ms, "
+		       "p99 %+.3f ms\n",
+		       PATH_NAME[k], ratio, p50[k] - p50[P_DIRECT], p99[k] - p99[P_DIRECT]);
+		snprintf(key, sizeof key, "throughput_ratio_%s", PATH_NAME[k]);
+		jx_add_num(root, key, round(ratio * 1000) / 1000);
+		snprintf(key, sizeof key, "added_rtt_p50_ms_%s", PATH_NAME[k]);
+		jx_add_num(root, key, round((p50[k] - p50[P_DIRECT]) * 1000) / 1000);
+		snprintf(key, sizeof key, "added_rtt_p99_ms_%s", PATH_NAME[k]);
+		jx_add_num(root, key, round((p99[k] - p99[P_DIRECT]) * 1000) / 1000);
+	}
+	printf("  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
+	       "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
+	if (bench_mkdirs(o->out_dir) == 0) {
+		char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
+		char *text = jx_print(root);
+		FILE *f = fopen(path, "w");
+		if (f) {
+			fprintf(f, "%s\n", text);
+			if (fclose(f) == 0)
+				printf("\nfigures: %s\n", path);
+		}
+		cJSON_free(text);
+		free(path);
+	}
+	cJSON_Delete(root);
+	if (o->rss && !bench_stop && run_rss(o) < 0)
+		rc = 1;
+out:
+	if (h.ours && cx.sid[0]) {
+		char *p = xasprintf("/api/sessions/%s", cx.sid);
+		if (bapi_call(&cx.api, "DELETE", p, NULL, NULL) == 200)
+			printf("ended session %s\n", cx.sid);
+		else
+			fprintf(stderr, "labvm-bench console: ending session %s failed\n", cx.sid);
+		free(p);
+	}
+	for (int k = 0; k < P_COUNT; k++) {
+		dvec_free(&tp[k]);
+		dvec_free(&lat[k]);
+	}
+	bapi_cleanup(&cx.api);
+	wsx_free(&cx.x);
+	if (cx.bearer) {
+		explicit_bzero(cx.bearer, strlen(cx.bearer));
+		free(cx.bearer);
+	}
+	if (cx.basic) {
+		explicit_bzero(cx.basic, strlen(cx.basic));
+		free(cx.basic);
+	}
+	if (bench_stop)
+		rc = 130;
+	return rc;
+}

@@ -1,0 +1,746 @@
+/* load.c - `labvm-bench api` (GET load through the front end) and
+ * `labvm-bench burst` (M users press start at once against capacity C).
+ *
+ * api: C keep-alive connections (one thread and libcurl handle each) send
+ * GETs back to back for a warm-up, then for the measured duration; req/s is
+ * the answers completed inside the measured window over its length, the
+ * latency is client side (request to last byte), and the app time is the
+ * answer's own Server-Timing.
+ *
+ * burst: M threads each open a connection (an authenticated GET /api/lessons),
+ * meet at a barrier, and POST at once. Meanwhile a sampler counts the lab VMs
+ * in the cluster every --sample-ms with the read token; overshoot is the most
+ * it ever saw minus the capacity, and must be 0 (terminating VMs count, as
+ * labvm counts them). Every session it started is ended afterwards. */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "jsonx.h"
+
+static int write_json(const struct opts *o, cJSON *root)
+{
+	if (bench_mkdirs(o->out_dir) < 0)
+		return -1;
+	char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
+	char *text = cJSON_Print(root);
+	FILE *f = fopen(path, "w");
+	int bad = !f || !text;
+	if (f) {
+		bad = bad || fputs(text, f) < 0 || fputc('\n', f) < 0;
+		bad = fclose(f) != 0 || bad;
+	}
+	if (bad)
+		fprintf(stderr, "labvm-bench: writing %s failed\n", path);
+	else
+		printf("\nfigures: %s\n", path);
+	cJSON_free(text);
+	free(path);
+	return bad ? -1 : 0;
+}
+
+static void jnum(cJSON *o, const char *k, double x, double prec)
+{
+	if (isfinite(x))
+		jx_add_num(o, k, round(x / prec) * prec);
+	else
+		jx_add_null(o, k);
+}
+
+static cJSON *stats_obj(const struct stats *s, double prec)
+{
+	cJSON *o = jx_obj();
+	jx_add_num(o, "n", (double)s->n);
+	jnum(o, "min", s->min, prec);
+	jnum(o, "p50", s->p50, prec);
+	jnum(o, "p90", s->p90, prec);
+	jnum(o, "p99", s->p99, prec);
+	jnum(o, "max", s->max, prec);
+	jnum(o, "mean", s->mean, prec);
+	jnum(o, "stdev", s->stdev, prec);
+	return o;
+}
+
+/* ------------------------------------------------------ helper sessions */
+
+struct helper {
+	int uidx;
+	char user[64];
+	char sid[40];
+	int ours;   /* started by us: end it afterwards */
+};
+
+/* A ready session for user uidx (started, or the user's open one when it is
+ * ready and --end-existing is not given). 0 ok. */
+static int helper_start(const struct opts *o, const char *lesson, struct helper *h, double timeout)
+{
+	struct bapi a;
+	cJSON *body = jx_obj(), *s = NULL;
+	int rc = -1;
+
+	bench_user(o, h->uidx, h->user);
+	if (bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0) {
+		cJSON_Delete(body);
+		return -1;
+	}
+	jx_add_str(body, "lesson", lesson);
+	double t0 = util_mono_s();
+	for (;;) {
+		cJSON_Delete(s);
+		s = NULL;
+		long code = bapi_call(&a, "POST", "/api/sessions", body, &s);
+		if (code == 201) {
+			h->ours = 1;
+			break;
+		}
+		if (code == 409 && kj_str(s, "session.id")) {
+			const char *id = kj_str(s, "session.id");
+			if (o->end_existing) {
+				char *p = xasprintf("/api/sessions/%s", id);
+				bapi_call(&a, "DELETE", p, NULL, NULL);
+				free(p);
+				continue;
+			}
+			/* the user's own open session: use it, leave it open */
+			cJSON *inner = cJSON_DetachItemFromObjectCaseSensitive(s, "session");
+			cJSON_Delete(s);
+			s = inner;
+			break;
+		}
+		if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
+		    util_mono_s() - t0 < timeout && !bench_sleep(2))
+			continue;
+		fprintf(stderr, "labvm-bench: %s cannot start %s: %ld %s%s\n", h->user, lesson, code,
+			code ? bapi_error_code(s) : "", code ? "" : a.msg);
+		goto out;
+	}
+	bench_copy(h->sid, sizeof h->sid, kj_str(s, "id"));
+	char *path = xasprintf("/api/sessions/%s", h->sid);
+	while (!bench_stop && util_mono_s() - t0 < timeout) {
+		cJSON *g = NULL;
+		long code = bapi_call(&a, "GET", path, NULL, &g);
+		const char *st = code == 200 ? kj_str(g, "state") : NULL;
+		if (st && strcmp(st, "ready") == 0) {
+			rc = 0;
+			cJSON_Delete(g);
+			break;
+		}
+		if (st && strcmp(st, "starting") != 0) {
+			fprintf(stderr, "labvm-bench: %s's %s session is %s: %s\n", h->user, lesson, st,
+				kj_str(g, "error") ? kj_str(g, "error") : "");
+			cJSON_Delete(g);
+			break;
+		}
+		cJSON_Delete(g);
+		bench_sleep(0.5);
+	}
+	free(path);
+	if (rc < 0 && h->ours && h->sid[0]) {
+		char *p = xasprintf("/api/sessions/%s", h->sid);
+		bapi_call(&a, "DELETE", p, NULL, NULL);
+		free(p);
+		h->ours = 0;
+	}
+out:
+	cJSON_Delete(s);
+	cJSON_Delete(body);
+	bapi_cleanup(&a);
+	return rc;
+}
+
+static void helper_end(const struct opts *o, struct helper *h)
+{
+	struct bapi a;
+	if (!h->ours || !h->sid[0] || bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
+		return;
+	char *p = xasprintf("/api/sessions/%s", h->sid);
+	for (int i = 0; i < 3 && bapi_call(&a, "DELETE", p, NULL, NULL) != 200; i++)
+		fprintf(stderr, "labvm-bench: ending %s's session: %s (retrying)\n", h->user,
+			a.msg[0] ? a.msg : "HTTP error");
+	free(p);
+	bapi_cleanup(&a);
+	h->ours = 0;
+}
+
+/* ------------------------------------------------------------------ api */
+
+struct load {
+	const struct opts *o;
+	const char *path_fmt;       /* "/api/sessions/%s" or a fixed path */
+	struct helper *helpers;
+	int nhelpers;
+	double t_measure, t_end;    /* monotonic */
+	pthread_mutex_t mu;
+	struct dvec lat, app;
+	long statuses[6];           /* 0 (no answer), 1xx..5xx */
+	long ok;
+	long done_total;
+	int expect;
+};
+
+struct lthread {
+	struct load *l;
+	int i;
+};
+
+static void *load_worker(void *arg)
+{
+	struct lthread *t = arg;
+	struct load *l = t->l;
+	const struct helper *h = &l->helpers[t->i % l->nhelpers];
+	struct bapi a;
+	struct dvec lat = { 0 }, app = { 0 };
+	long st[6] = { 0 }, ok = 0, total = 0;
+	char *path = strstr(l->path_fmt, "%s") ? xasprintf("/api/sessions/%s", h->sid)
+					       : xstrdup(l->path_fmt);
+
+	if (bapi_init(&a, l->o->url, h->user, bench_password(l->o, h->uidx)) < 0) {
+		free(path);
+		return NULL;
+	}
+	while (!bench_stop) {
+		double t0 = util_mono_s();
+		if (t0 >= l->t_end)
+			break;
+		long code = bapi_call(&a, "GET", path, NULL, NULL);
+		double t1 = util_mono_s();
+		total++;
+		if (t0 < l->t_measure || t1 > l->t_end)
+			continue;
+		st[code >= 100 && code < 600 ? code / 100 : 0]++;
+		if (code == l->expect)
+			ok++;
+		dvec_push(&lat, a.ms);
+		if (isfinite(a.st_app_ms))
+			dvec_push(&app, a.st_app_ms);
+	}
+	pthread_mutex_lock(&l->mu);
+	for (size_t i = 0; i < lat.n; i++)
+		dvec_push(&l->lat, lat.v[i]);
+	for (size_t i = 0; i < app.n; i++)
+		dvec_push(&l->app, app.v[i]);
+	for (int i = 0; i < 6; i++)
+		l->statuses[i] += st[i];
+	l->ok += ok;
+	l->done_total += total;
+	pthread_mutex_unlock(&l->mu);
+	dvec_free(&lat);
+	dvec_free(&app);
+	free(path);
+	bapi_cleanup(&a);
+	return NULL;
+}
+
+static const struct {
+	const char *name;
+	const char *path;
+	const char *shown;
+	int expect;
+} TARGETS[] = {
+	{ "status", "/api/sessions/%s", "GET /api/sessions/{id} (ready)", 200 },
+	{ "lessons", "/api/lessons", "GET /api/lessons", 200 },
+	{ "current", "/api/sessions/current", "GET /api/sessions/current", 200 },
+	{ "healthz", "/api/healthz", "GET /api/healthz", 200 },
+};
+#define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
+
+int cmd_api(struct opts *o)
+{
+	char **names = NULL;
+	int nnames = 0, rc = 0;
+	struct helper *h = NULL;
+	int nh = 0;
+	char *copyt = xstrdup(o->targets), *save = NULL;
+
+	if (!o->url) {
+		fprintf(stderr, "labvm-bench api: no --url (or LABVM_URL)\n");
+		free(copyt);
+		return 2;
+	}
+	for (char *t = strtok_r(copyt, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		size_t k;
+		for (k = 0; k < NTARGETS; k++)
+			if (strcmp(TARGETS[k].name, t) == 0)
+				break;
+		if (k == NTARGETS) {
+			fprintf(stderr, "labvm-bench api: unknown target %s (status, lessons, "
+					"current, healthz)\n",
+				t);
+			free(copyt);
+			free(names);
+			return 2;
+		}
+		names = xrealloc(names, sizeof *names * (size_t)(nnames + 1));
+		names[nnames++] = t;
+	}
+	if (bench_users_load(o) < 0 || !nnames) {
+		free(copyt);
+		free(names);
+		return 2;
+	}
+	const char *lesson = o->lesson ? o->lesson : "debian-golden";
+	nh = o->sessions;
+	h = xcalloc((size_t)nh, sizeof *h);
+	for (int i = 0; i < nh; i++)
+		h[i].uidx = i;
+	printf("labvm-bench api: %d connections, %.0f s per target after %.0f s warm-up, against "
+	       "%s\n",
+	       o->connections, o->duration_s, o->warmup_s, o->url);
+	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh, lesson);
+	fflush(stdout);
+	for (int i = 0; i < nh; i++) {
+		if (helper_start(o, lesson, &h[i], 300) < 0) {
+			rc = 1;
+			goto cleanup;
+		}
+	}
+
+	cJSON *root = jx_obj(), *res = jx_add_arr(root, "targets");
+	jx_add_str(root, "command", "api");
+	jx_add_str(root, "url", o->url);
+	jx_add_num(root, "connections", o->connections);
+	jx_add_num(root, "duration_s", o->duration_s);
+	jx_add_num(root, "warmup_s", o->warmup_s);
+	jx_add_str(root, "latency", "client side, request to last byte, ms; percentiles by linear "
+				    "interpolation");
+	jx_add_str(root, "app", "the answer's Server-Timing app;dur (labvm.fcgi's own time), ms");
+	printf("\n  %-8s %-32s %8s %9s %7s %8s %8s %8s %8s %8s %8s\n", "target", "request", "answers",
+	       "req/s", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "app p50", "app p99");
+	for (int ti = 0; ti < nnames && !bench_stop; ti++) {
+		size_t k;
+		for (k = 0; k < NTARGETS; k++)
+			if (strcmp(TARGETS[k].name, names[ti]) == 0)
+				break;
+		struct load l;
+		memset(&l, 0, sizeof l);
+		l.o = o;
+		l.path_fmt = TARGETS[k].path;
+		l.helpers = h;
+		l.nhelpers = nh;
+		l.expect = TARGETS[k].expect;
+		pthread_mutex_init(&l.mu, NULL);
+		double t0 = util_mono_s();
+		l.t_measure = t0 + o->warmup_s;
+		l.t_end = l.t_measure + o->duration_s;
+		pthread_t *th = xcalloc((size_t)o->connections, sizeof *th);
+		struct lthread *la = xcalloc((size_t)o->connections, sizeof *la);
+		int started = 0;
+		for (int i = 0; i < o->connections; i++) {
+			la[i].l = &l;
+			la[i].i = i;
+			if (pthread_create(&th[i], NULL, load_worker, &la[i]) != 0)
+				break;
+			started++;
+		}
+		struct progress p;
+		progress_start(&p, TARGETS[k].name, (size_t)(o->warmup_s + o->duration_s), o->quiet);
+		while (util_mono_s() < l.t_end && !bench_stop) {
+			progress_show(&p, (size_t)(util_mono_s() - t0), "seconds", 0);
+			bench_sleep(0.2);
+		}
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		progress_end(&p);
+		struct stats ls, as;
+		stats_compute(l.lat.v, l.lat.n, &ls);
+		stats_compute(l.app.v, l.app.n, &as);
+		long errors = (long)l.lat.n - l.ok;
+		double rps = (double)l.lat.n / o->duration_s;
+		printf("  %-8s %-32s %8zu %9.0f %7ld %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
+		       TARGETS[k].name, TARGETS[k].shown, l.lat.n, rps, errors, ls.p50, ls.p90, ls.p99,
+		       ls.max, as.p50, as.p99);
+		fflush(stdout);
+		cJSON *e = jx_obj();
+		jx_add_str(e, "target", TARGETS[k].name);
+		jx_add_str(e, "request", TARGETS[k].shown);
+		jx_add_num(e, "answers", (double)l.lat.n);
+		jnum(e, "req_per_s", rps, 0.1);
+		jx_add_num(e, "errors", (double)errors);
+		cJSON *sc = jx_add_obj(e, "status_classes");
+		static const char *const cls[6] = { "none", "1xx", "2xx", "3xx", "4xx", "5xx" };
+		for (int i = 0; i < 6; i++)
+			if (l.statuses[i])
+				jx_add_num(sc, cls[i], (double)l.statuses[i]);
+		jx_put(e, "latency_ms", stats_obj(&ls, 0.001));
+		jx_put(e, "app_ms", stats_obj(&as, 0.001));
+		jx_push(res, e);
+		dvec_free(&l.lat);
+		dvec_free(&l.app);
+		pthread_mutex_destroy(&l.mu);
+		free(th);
+		free(la);
+		if (errors)
+			rc = 1;
+	}
+	printf("\nreq/s = answers completed in the measured window / its length; latency is client "
+	       "side\n(request to last byte); app = the answer's Server-Timing (labvm.fcgi's own "
+	       "time).\nerrors = answers other than 200. Load generator, front end, labvm.fcgi and "
+	       "PostgreSQL\nshare this machine's cores.\n");
+	if (write_json(o, root) < 0)
+		rc = 1;
+	cJSON_Delete(root);
+cleanup:
+	for (int i = 0; i < nh; i++)
+		helper_end(o, &h[i]);
+	free(h);
+	free(names);
+	free(copyt);
+	if (bench_stop)
+		rc = 130;
+	return rc;
+}
+
+/* ---------------------------------------------------------------- burst */
+
+struct bthread {
+	struct burst *b;
+	int uidx;
+	char user[64];
+	long code;
+	char err[40];
+	char sid[40];
+	double sent, answered;   /* monotonic */
+	double ms, app_ms, kube_ms;
+	double capacity, in_use; /* from a capacity_full answer */
+};
+
+struct burst {
+	const struct opts *o;
+	pthread_barrier_t bar;
+	const char *lesson;
+	/* sampler */
+	volatile int sampling;
+	double t0;
+	struct dvec st, sc;      /* sample time (s from t0), count */
+	long max_count;
+	long failures;
+};
+
+static void *burst_worker(void *arg)
+{
+	struct bthread *t = arg;
+	struct burst *b = t->b;
+	struct bapi a;
+	cJSON *body = jx_obj(), *s = NULL;
+	int ready = bapi_init(&a, b->o->url, t->user, bench_password(b->o, t->uidx)) == 0;
+
+	jx_add_str(body, "lesson", b->lesson);
+	/* open and authenticate the connection before the barrier */
+	if (ready)
+		bapi_call(&a, "GET", "/api/lessons", NULL, NULL);
+	pthread_barrier_wait(&b->bar);
+	if (!ready) {
+		bench_copy(t->err, sizeof t->err, "client_error");
+		cJSON_Delete(body);
+		return NULL;
+	}
+	t->sent = util_mono_s();
+	t->code = bapi_call(&a, "POST", "/api/sessions", body, &s);
+	t->answered = util_mono_s();
+	t->ms = a.ms;
+	t->app_ms = a.st_app_ms;
+	t->kube_ms = a.st_kube_ms;
+	bench_copy(t->err, sizeof t->err, t->code ? bapi_error_code(s) : "unreachable");
+	if (t->code == 201)
+		bench_copy(t->sid, sizeof t->sid, kj_str(s, "id"));
+	const cJSON *c = kj_get(s, "capacity"), *u = kj_get(s, "in_use");
+	t->capacity = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+	t->in_use = cJSON_IsNumber(u) ? u->valuedouble : NAN;
+	cJSON_Delete(s);
+	cJSON_Delete(body);
+	bapi_cleanup(&a);
+	return NULL;
+}
+
+static void *sampler(void *arg)
+{
+	struct burst *b = arg;
+	struct cfg kc;
+	struct kube k;
+	if (bench_kube(b->o, &kc, &k) < 0)
+		return NULL;
+	while (b->sampling) {
+		double t = util_mono_s();
+		long n = bench_count_lab_vms(b->o, &k);
+		if (n >= 0) {
+			dvec_push(&b->st, t - b->t0);
+			dvec_push(&b->sc, (double)n);
+			if (n > b->max_count)
+				b->max_count = n;
+		} else {
+			b->failures++;
+		}
+		double left = b->o->sample_ms / 1000.0 - (util_mono_s() - t);
+		if (left > 0) {
+			struct timespec ts = { 0, (long)(left * 1e9) };
+			nanosleep(&ts, NULL);
+		}
+	}
+	bench_kube_free(&kc, &k);
+	return NULL;
+}
+
+/* wait until the cluster holds at most `want` lab VMs; returns the count */
+static long wait_vms(const struct opts *o, struct kube *k, long want, double timeout)
+{
+	double t0 = util_mono_s();
+	long n;
+	while ((n = bench_count_lab_vms(o, k)) > want && util_mono_s() - t0 < timeout &&
+	       !bench_sleep(0.5))
+		;
+	return n;
+}
+
+struct answer_kind {
+	long code;
+	char err[40];
+	int n;
+};
+
+int cmd_burst(struct opts *o)
+{
+	struct cfg kc;
+	struct kube k;
+	int have_kube, rc = 0;
+	const char *lesson = o->lesson ? o->lesson : "debian-golden";
+
+	if (!o->url) {
+		fprintf(stderr, "labvm-bench burst: no --url (or LABVM_URL)\n");
+		return 2;
+	}
+	if (bench_users_load(o) < 0)
+		return 2;
+	if (o->users > bench_user_count(o)) {
+		fprintf(stderr, "labvm-bench burst: --users %d but only %d users\n", o->users,
+			bench_user_count(o));
+		return 2;
+	}
+	have_kube = bench_kube(o, &kc, &k) == 0;
+	printf("labvm-bench burst: %d users press start (%s) at once, %d round(s), against %s\n",
+	       o->users, lesson, o->rounds, o->url);
+	if (!have_kube)
+		printf("no cluster read access (--kube-url, --kube-token-file, --kube-ca): overshoot "
+		       "not measured\n");
+	fflush(stdout);
+
+	cJSON *root = jx_obj(), *rounds = jx_add_arr(root, "rounds");
+	jx_add_str(root, "command", "burst");
+	jx_add_str(root, "url", o->url);
+	jx_add_str(root, "lesson", lesson);
+	jx_add_num(root, "users", o->users);
+	jx_add_num(root, "sample_ms", o->sample_ms);
+	jx_add_str(root, "latency", "client side, POST sent to last byte, ms; percentiles by linear "
+				    "interpolation");
+	struct dvec all_p99 = { 0 };
+	long worst_overshoot = LONG_MIN;
+
+	for (int rnd = 1; rnd <= o->rounds && !bench_stop; rnd++) {
+		struct burst b;
+		memset(&b, 0, sizeof b);
+		b.o = o;
+		b.lesson = lesson;
+		long before = -1;
+		if (have_kube) {
+			before = wait_vms(o, &k, 0, 180);
+			if (before > 0)
+				printf("round %d: %ld lab VM(s) still in the cluster (after 180 s); "
+				       "capacity left is smaller\n",
+				       rnd, before);
+		}
+		struct bthread *t = xcalloc((size_t)o->users, sizeof *t);
+		pthread_t *th = xcalloc((size_t)o->users, sizeof *th);
+		pthread_t samp;
+		int have_samp = 0;
+		pthread_barrier_init(&b.bar, NULL, (unsigned)o->users + 1);
+		for (int i = 0; i < o->users; i++) {
+			t[i].b = &b;
+			t[i].uidx = i;
+			bench_user(o, i, t[i].user);
+			if (pthread_create(&th[i], NULL, burst_worker, &t[i]) != 0) {
+				fprintf(stderr, "labvm-bench burst: cannot start thread %d\n", i);
+				abort(); /* the barrier would never open */
+			}
+		}
+		b.t0 = util_mono_s();
+		if (have_kube) {
+			b.sampling = 1;
+			have_samp = pthread_create(&samp, NULL, sampler, &b) == 0;
+		}
+		pthread_barrier_wait(&b.bar);
+		double t_go = util_mono_s();
+		for (int i = 0; i < o->users; i++)
+			pthread_join(th[i], NULL);
+		double t_last = util_mono_s();
+		bench_sleep(o->settle_s);
+		if (have_samp) {
+			b.sampling = 0;
+			pthread_join(samp, NULL);
+		}
+		long final = have_kube ? bench_count_lab_vms(o, &k) : -1;
+		pthread_barrier_destroy(&b.bar);
+
+		/* answers */
+		struct answer_kind kinds[16];
+		int nk = 0, admitted = 0;
+		double capacity = o->capacity ? o->capacity : NAN, server_cap = NAN;
+		struct dvec lat = { 0 }, lat201 = { 0 }, app = { 0 }, kms = { 0 };
+		for (int i = 0; i < o->users; i++) {
+			int j;
+			for (j = 0; j < nk; j++)
+				if (kinds[j].code == t[i].code && strcmp(kinds[j].err, t[i].err) == 0)
+					break;
+			if (j == nk && nk < 16) {
+				kinds[nk].code = t[i].code;
+				bench_copy(kinds[nk].err, sizeof kinds[nk].err, t[i].err);
+				kinds[nk++].n = 0;
+			}
+			if (j < nk)
+				kinds[j].n++;
+			if (t[i].code == 201)
+				admitted++;
+			if (isfinite(t[i].capacity))
+				server_cap = t[i].capacity;
+			if (t[i].code) {
+				dvec_push(&lat, t[i].ms);
+				if (t[i].code == 201)
+					dvec_push(&lat201, t[i].ms);
+				if (isfinite(t[i].app_ms))
+					dvec_push(&app, t[i].app_ms);
+				if (isfinite(t[i].kube_ms))
+					dvec_push(&kms, t[i].kube_ms);
+			}
+		}
+		if (!isfinite(capacity))
+			capacity = server_cap;
+		struct stats ls, l201, as, ks;
+		stats_compute(lat.v, lat.n, &ls);
+		stats_compute(lat201.v, lat201.n, &l201);
+		stats_compute(app.v, app.n, &as);
+		stats_compute(kms.v, kms.n, &ks);
+		dvec_push(&all_p99, ls.p99);
+
+		printf("\nround %d: %d POSTs in %.2f s (first sent to last answer)\n", rnd, o->users,
+		       t_last - t_go);
+		printf("  answers:");
+		for (int j = 0; j < nk; j++)
+			printf("%s %ld%s%s x%d", j ? "," : "", kinds[j].code,
+			       kinds[j].err[0] ? " " : "", kinds[j].err, kinds[j].n);
+		printf("\n  latency ms (all answers): p50 %.1f, p90 %.1f, p99 %.1f, max %.1f; "
+		       "201 only: p50 %.1f, p99 %.1f\n",
+		       ls.p50, ls.p90, ls.p99, ls.max, l201.p50, l201.p99);
+		printf("  server time ms (Server-Timing): app p50 %.1f, p99 %.1f; kube p50 %.1f, "
+		       "p99 %.1f\n",
+		       as.p50, as.p99, ks.p50, ks.p99);
+		long overshoot = LONG_MIN;
+		if (have_kube) {
+			overshoot = isfinite(capacity) ? b.max_count - (long)capacity : LONG_MIN;
+			printf("  lab VMs: %ld before, max %ld during (%zu samples, %ld failed), %ld "
+			       "after %.0f s; capacity %s",
+			       before, b.max_count, b.sc.n, b.failures, final, o->settle_s,
+			       isfinite(capacity) ? "" : "unknown");
+			if (isfinite(capacity))
+				printf("%.0f%s", capacity,
+				       isfinite(server_cap) && o->capacity && server_cap != o->capacity
+					       ? " (the server said otherwise!)"
+					       : "");
+			printf("\n");
+			if (overshoot != LONG_MIN)
+				printf("  overshoot (max VMs - capacity): %ld  -> %s\n", overshoot,
+				       overshoot > 0 ? "OVERSHOOT: capacity not strict" : "ok (0 or less)");
+			if (overshoot > worst_overshoot)
+				worst_overshoot = overshoot;
+			if (isfinite(capacity) && before >= 0 &&
+			    admitted < (long)capacity - before)
+				printf("  note: %d admitted, although %ld were free\n", admitted,
+				       (long)capacity - before);
+		}
+		cJSON *e = jx_obj();
+		jx_add_num(e, "round", rnd);
+		jnum(e, "burst_s", t_last - t_go, 0.001);
+		cJSON *ans = jx_add_arr(e, "answers");
+		for (int j = 0; j < nk; j++) {
+			cJSON *a = jx_obj();
+			jx_add_num(a, "status", (double)kinds[j].code);
+			jx_add_str(a, "error", kinds[j].err[0] ? kinds[j].err : NULL);
+			jx_add_num(a, "count", kinds[j].n);
+			jx_push(ans, a);
+		}
+		jx_add_num(e, "admitted", admitted);
+		jx_put(e, "latency_ms", stats_obj(&ls, 0.01));
+		jx_put(e, "latency_201_ms", stats_obj(&l201, 0.01));
+		jx_put(e, "app_ms", stats_obj(&as, 0.01));
+		jx_put(e, "kube_ms", stats_obj(&ks, 0.01));
+		if (isfinite(capacity))
+			jx_add_num(e, "capacity", capacity);
+		else
+			jx_add_null(e, "capacity");
+		if (have_kube) {
+			jx_add_num(e, "vms_before", (double)before);
+			jx_add_num(e, "vms_max", (double)b.max_count);
+			jx_add_num(e, "vms_final", (double)final);
+			if (overshoot != LONG_MIN)
+				jx_add_num(e, "overshoot", (double)overshoot);
+			else
+				jx_add_null(e, "overshoot");
+			jx_add_num(e, "samples", (double)b.sc.n);
+			jx_add_num(e, "sample_failures", (double)b.failures);
+			cJSON *series = jx_add_arr(e, "vm_count_series");
+			for (size_t i = 0; i < b.sc.n; i++) {
+				cJSON *pt = jx_arr();
+				jx_push(pt, cJSON_CreateNumber(round(b.st.v[i] * 1000) / 1000));
+				jx_push(pt, cJSON_CreateNumber(b.sc.v[i]));
+				jx_push(series, pt);
+			}
+		}
+		jx_push(rounds, e);
+		if (overshoot != LONG_MIN && overshoot > 0)
+			rc = 1;
+
+		/* end what we started */
+		int ended = 0;
+		for (int i = 0; i < o->users; i++) {
+			struct helper h = { .uidx = t[i].uidx, .ours = t[i].code == 201 };
+			if (!h.ours || !t[i].sid[0])
+				continue;
+			bench_copy(h.user, sizeof h.user, t[i].user);
+			bench_copy(h.sid, sizeof h.sid, t[i].sid);
+			helper_end(o, &h);
+			ended++;
+		}
+		printf("  ended the %d session(s) it started\n", ended);
+		fflush(stdout);
+		dvec_free(&lat);
+		dvec_free(&lat201);
+		dvec_free(&app);
+		dvec_free(&kms);
+		dvec_free(&b.st);
+		dvec_free(&b.sc);
+		free(t);
+		free(th);
+	}
+	if (have_kube) {
+		wait_vms(o, &k, 0, 120);
+		bench_kube_free(&kc, &k);
+	}
+	if (o->rounds > 1 && all_p99.n) {
+		struct stats s;
+		stats_compute(all_p99.v, all_p99.n, &s);
+		printf("\nover %zu rounds: p99 latency median %.1f ms (min %.1f, max %.1f); worst "
+		       "overshoot %ld\n",
+		       all_p99.n, s.p50, s.min, s.max, worst_overshoot);
+	}
+	dvec_free(&all_p99);
+	if (worst_overshoot != LONG_MIN)
+		jx_add_num(root, "worst_overshoot", (double)worst_overshoot);
+	if (write_json(o, root) < 0)
+		rc = 1;
+	cJSON_Delete(root);
+	if (bench_stop)
+		rc = 130;
+	return rc;
+}
