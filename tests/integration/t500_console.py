@@ -108,7 +108,7 @@ def start_lab(user):
     st, s = api("POST", "/api/sessions", user, {"lesson": "linux-basics"})
     if st != 201:
         raise AssertionError(f"POST /api/sessions: {st} {s}")
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 150
     while s.get("state") == "starting" and time.monotonic() < deadline:
         time.sleep(0.5)
         st, s = api("GET", f"/api/sessions/{s['id']}", user)
