@@ -569,8 +569,9 @@ class QemuGuest:
                     pos += len(chunk)
             except OSError:
                 continue
-            if re.search(rb"internal error|emulation failure", chunk, re.I):
-                self.error = "qemu: " + chunk.decode("utf-8", "replace").strip()[-500:]
+            m = re.search(rb"[^\n]*(internal error|emulation failure)[^\n]*", chunk, re.I)
+            if m:
+                self.error = "qemu: " + m.group(0).decode("utf-8", "replace").strip()
                 self.log(f"{self.name}: {self.error}; killing qemu")
                 self._kill()
                 return
