@@ -531,10 +531,12 @@
       this.stableTimer = null;
       this.tooMany = false;
       this.enc = new TextEncoder();
+      // 80x24: a serial console has no window size, so the guest's shell
+      // assumes 80 columns; a wider terminal would garble long command lines
       this.term = new window.Terminal({
-        cols: 100, rows: 30, cursorBlink: true, fontSize: 14, scrollback: 5000,
+        cols: 80, rows: 24, cursorBlink: true, fontSize: 15, scrollback: 5000,
         fontFamily: '"DejaVu Sans Mono", "Noto Sans Mono", Menlo, Consolas, monospace',
-        theme: { background: '#111418', foreground: '#e6e6e6' },
+        theme: { background: '#111418', foreground: '#e6e6e6' },   // = --term in app.css
       });
       container.replaceChildren();
       this.term.open(container);
