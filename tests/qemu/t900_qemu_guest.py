@@ -62,7 +62,8 @@ def image_builds_and_is_cached():
     build = os.path.join(SRC, "tests", "kubesim", "guest-image", "build")
     t0 = time.monotonic()
     r = subprocess.run([build, "--out", IMG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    t.diag(f"image: {time.monotonic() - t0:.1f} s: " + r.stdout.strip().splitlines()[-1] if r.stdout else "")
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    t.diag(f"image ready after {time.monotonic() - t0:.1f} s: {last}")
     t.require(r.returncode == 0, f"build failed:\n{r.stdout[-3000:]}")
     base = os.path.realpath(os.path.join(IMG, "base.img"))
     st = os.stat(base)
