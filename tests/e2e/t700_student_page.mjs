@@ -463,6 +463,15 @@ async function scenario(browser, fe, cleanups) {
     diag(`reconnect: ${tickets.length} ticket requests (${failedTickets.length} failed while down), ${sockets.length} new WebSocket(s)`);
   });
 
+  await sc.step('a reload comes back to the same lab, the screen replayed', async () => {
+    await page.reload();
+    await page.waitForSelector('#view-lab:not([hidden]) #conn[data-conn="open"]', { timeout: 20000 });
+    const id = await page.evaluate(() => window.labvm.state.session.id);
+    assert(id === sid, 'the same session', id);
+    await waitTerm(page, 'back-5', 10000);
+    assert((await page.textContent('#grade-summary')) === '2 of 2 steps passed', 'the last grade is shown again');
+  });
+
   await sc.step('forged X-Remote-User / Remote-User headers do not change who you are', async () => {
     const ctxC = await newContext(browser, C, {
       extraHTTPHeaders: { 'X-Remote-User': A, 'Remote-User': A, 'X-Forwarded-User': A },
@@ -553,10 +562,29 @@ async function scenario(browser, fe, cleanups) {
     await pageB.waitForFunction(() => ['starting', 'lab'].includes(document.getElementById('app').dataset.view), null, { timeout: 30000 });
     sidB = await pageB.evaluate(() => window.labvm.state.session.id);
     assert(sidB, 'a session was created');
-    await pageB.waitForSelector('#view-lab:not([hidden])', { timeout: 60000 });
+    await pageB.waitForSelector('#view-lab:not([hidden]) #conn[data-conn="open"]', { timeout: 60000 });
+    // ended elsewhere (another tab, the teacher): the bridge closes the console
+    // with 4410 and the page shows the end at once, long before its next poll
     const r = await api(capUrl, B, 'DELETE', `/api/sessions/${sidB}`);
     assert(r.status === 200 && r.data.state === 'ended', 'ended again', r.status);
-    await pageB.waitForSelector('#view-ended:not([hidden])', { timeout: 30000 });   // the page notices
+    await pageB.waitForSelector('#view-ended:not([hidden])', { timeout: 8000 });
+  });
+
+  await sc.step('a start that fails shows the error in words and a way to start again', async () => {
+    await page.click('#lesson-list li[data-lesson="broken-setup"] button.start');
+    await page.waitForSelector('#view-failed:not([hidden])', { timeout: 60000 });
+    const title = await page.textContent('#failed-title');
+    assert(title === 'The lab could not be started', 'failure title', title);
+    const stage = await page.textContent('#failed-stage');
+    assert(stage === 'Stage: Setting up the lab', 'the stage it failed in', stage);
+    const err = await page.textContent('#failed-error');
+    assert(/exit code 3/.test(err) && /lab data archive not found/.test(err), 'the setup\'s own error', err);
+    assert(await page.isVisible('#failed-again'), 'Start again is offered');
+    await shot(page, 'failed');
+    await page.click('#view-failed .to-lessons');
+    await page.waitForSelector('#view-lessons:not([hidden]) button.start');
+    const cur = await api(base, A, 'GET', '/api/sessions/current');
+    assert(cur.status === 404, 'nothing left open', cur.status);
   });
 
   await sc.step('a Japanese browser gets the page in Japanese; the switch changes it', async () => {
