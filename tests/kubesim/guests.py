@@ -252,9 +252,7 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
             if pid:
                 try:
                     if os.readlink(f"/proc/{pid}/root") != "/":
-                        with open(f"/proc/{pid}/cmdline", "rb") as f:
-                            if b"python3" in f.read():
-                                return True
+                        return True
                 except OSError:
                     pass
             if self.proc and self.proc.poll() is not None:
@@ -458,27 +456,30 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
             except OSError:
                 pass
         pid = self.init_pid or (self._init() if self.proc and self.proc.poll() is None else None)
-        for p in (pid, self.proc.pid if self.proc else None):
-            if p:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        # SIGKILL to the namespace's init kills every process in it; unshare (its
+        # parent) then reaps it and exits. unshare is killed too only if it lingers.
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.proc:
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
-                pass
+                try:
+                    self.proc.kill()
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
         if self.getty is not None:
             try:
                 self.getty.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
-        # the PID namespace is gone once its init is; wait for that (bounded)
-        if pid:
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-                time.sleep(0.01)
         for fd in (self.master, getattr(self, "slave", None)):
             if fd is not None:
                 try:

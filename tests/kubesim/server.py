@@ -1103,7 +1103,7 @@ class Handler(BaseHTTPRequestHandler):
         elif parts == ["stats"] and method == "GET":
             return self.send_json(200, stats(sim))
         elif parts == ["guests"] and method == "GET":
-            return self.send_json(200, {"guests": guest_info(sim, rss=True)})
+            return self.send_json(200, {"guests": guest_info(sim, rss=q.get("rss") in ("1", "true"))})
         elif parts == ["compact"] and method == "POST":
             sim.store.compact()
             return self.send_json(200, {"compactedTo": sim.store.current_rv()})
