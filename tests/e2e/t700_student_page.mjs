@@ -300,6 +300,8 @@ async function scenario(browser, fe, cleanups) {
   const shot = (p, name) => p.screenshot({ path: path.join(ART, `${fe.name}-${name}.png`) });
 
   for (const u of fe.users) await endOpenSession(base, u);
+  capacityFrontEndDown(capState);          // left over by a killed run, if any
+  stopOnSignal.push(() => capacityFrontEndDown(capState));
   cleanups.push(async () => {
     for (const u of [A, C]) await endOpenSession(base, u).catch(() => {});
     if (capUrl) await endOpenSession(capUrl, B).catch(() => {});
@@ -615,6 +617,23 @@ async function scenario(browser, fe, cleanups) {
 }
 
 /* ------------------------------------------------------------------- main */
+// tests/run ends a suite that runs too long with SIGTERM: the extra front
+// ends run in their own process groups, so stop them here
+const stopOnSignal = [];
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  process.on(sig, () => {
+    for (const f of stopOnSignal) f();
+    // end the sessions of this suite's users (synchronously: we are exiting)
+    const ends = FRONTENDS.filter((fe) => fe.url).map((fe) => fe.users.map((u) =>
+      `a = Api(${JSON.stringify(u)}, base=${JSON.stringify(fe.url)}); r = a.current()\n` +
+      'if r.status == 200: a.end(r.json["id"])').join('\n')).join('\n');
+    spawnSync('/usr/bin/python3', ['-c', `from labclient import Api\n${ends}`],
+      { env: { ...ENV, PYTHONPATH: path.join(SRC, 'tests', 'lib') }, timeout: 20000 });
+    console.log(`not ok ${tapN + 1} - interrupted by ${sig}`);
+    process.exit(1);
+  });
+}
+
 async function main() {
   fs.mkdirSync(ART, { recursive: true });
   const cleanups = [];
