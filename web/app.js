@@ -128,6 +128,7 @@
 
   function errorText(r) {
     if (r.status === 0) return t('error.network');
+    if (r.status === 401) return t('error.unauthenticated');   // the front end's, not JSON
     const code = r.data && r.data.error;
     if (code && TEXTS.en['error.' + code]) return t('error.' + code);
     if (r.data && r.data.message) return r.data.message;
@@ -262,8 +263,10 @@
     startBusy = lessonId;
     S.notice = null;
     if (S.view === 'lessons') renderLessons();
+    $('failed-again').disabled = true;
     const r = await api('POST', '/api/sessions', { lesson: lessonId });
     startBusy = null;
+    $('failed-again').disabled = false;
     if (r.status === 201 && r.data.id) {
       showSession(r.data);
       return;
@@ -530,6 +533,7 @@
       this.timer = null;
       this.stableTimer = null;
       this.tooMany = false;
+      this.opened = false;
       this.enc = new TextEncoder();
       // 80x24: a serial console has no window size, so the guest's shell
       // assumes 80 columns; a wider terminal would garble long command lines
@@ -616,6 +620,10 @@
           this.tooMany = false;
           this.term.reset();       // the bridge replays the last screenful next
           this.setState('open');
+          if (!this.opened && (document.activeElement === document.body || !document.activeElement)) {
+            this.term.focus();     // ready to type at once
+          }
+          this.opened = true;
           clearTimeout(this.stableTimer);
           this.stableTimer = setTimeout(() => { this.failures = 0; }, STABLE_MS);
         } else if (m.type === 'closed') {
