@@ -565,15 +565,17 @@ class ApiServer:
         md = obj["metadata"]
         ns = md.get("namespace") or "default"
         now = util.now_rfc3339()
+        key = (md.get("uid"), reason, message)
+        if not hasattr(self, "_events"):
+            self._events = {}
         with self.store.lock:
-            for e in self.store.list("events", ns):
-                io = e.get("involvedObject") or {}
-                if io.get("uid") == md.get("uid") and e.get("reason") == reason and \
-                        e.get("message") == message:
-                    n = util.deep(e)
-                    n["count"] = (n.get("count") or 1) + 1
-                    n["lastTimestamp"] = now
-                    return self.store.put("events", n)[0]
+            ek = self._events.get(key)
+            e = self.store.get("events", *ek) if ek else None
+            if e is not None:
+                n = util.deep(e)
+                n["count"] = (n.get("count") or 1) + 1
+                n["lastTimestamp"] = now
+                return self.store.put("events", n)[0]
             ev = {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": f"{md['name']}.{int(time.time() * 1e9):x}"[:253],
@@ -589,7 +591,11 @@ class ApiServer:
             }
             if ev["involvedObject"]["namespace"] is None:
                 del ev["involvedObject"]["namespace"]
-            return self.sys_create("events", ev)
+            out = self.sys_create("events", ev)
+            if len(self._events) > 50000:
+                self._events.clear()
+            self._events[key] = (ns, out["metadata"]["name"])
+            return out
 
 
 def Validator_json_type(v):

@@ -180,6 +180,7 @@ class Controllers:
             future = [t for t in self.due.values() if t > now]
             timeout = min(0.5, max(0.0, min(future) - now)) if future else 0.5
             self.wake.wait(timeout)
+            time.sleep(0.005)   # coalesce bursts of changes into one pass
             self.wake.clear()
             if self.stopping:
                 return
@@ -193,6 +194,12 @@ class Controllers:
 
     # -------------------------------------------------------- reconcile
     def reconcile(self):
+        self._pods_by_owner = {}
+        for p in self.store.list("pods"):
+            for o in p["metadata"].get("ownerReferences") or []:
+                if o.get("controller"):
+                    self._pods_by_owner[o.get("uid")] = p
+        self._free = None
         live = set()
         for ns in self.store.list("namespaces"):
             self.namespace(ns)
@@ -582,11 +589,12 @@ class Controllers:
         return vmi
 
     def _launcher(self, vmi):
-        ns = vmi["metadata"].get("namespace")
         uid = vmi["metadata"]["uid"]
-        for p in self.store.list("pods", ns):
-            if controlled_by(p, uid):
-                return p
+        p = self._pods_by_owner.get(uid)
+        if p is not None:
+            cur = self.store.get("pods", p["metadata"].get("namespace", ""), p["metadata"]["name"])
+            if cur is not None and controlled_by(cur, uid):
+                return cur
         return None
 
     def _volume_problem(self, vmi):
@@ -807,6 +815,7 @@ class Controllers:
         if dig(spec, "affinity"):
             pod["spec"]["affinity"] = util.deep(spec["affinity"])
         p = self.api.sys_create("pods", pod)
+        self._pods_by_owner[md["uid"]] = p
         self.api.event(vmi, "Normal", "SuccessfulCreate", f"Created virtual machine pod "
                        f"{p['metadata']['name']}", "virtualmachine-controller")
         return p
@@ -960,7 +969,9 @@ class Controllers:
         return nodes, free
 
     def _schedule(self, pod):
-        nodes, free = self._node_free()
+        if self._free is None:
+            self._free = self._node_free()
+        nodes, free = self._free
         need = pod_mem(pod)
         sel = dig(pod, "spec", "nodeSelector") or {}
         ns = pod["metadata"].get("namespace")
@@ -997,6 +1008,7 @@ class Controllers:
             return None, (f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes "
                           f"are available: {total} No preemption victims found for incoming pod.")
         fits.sort(key=lambda n: (-free[n], n))
+        free[fits[0]] -= need
         return fits[0], None
 
     def _pod_status(self, pod, **kw):

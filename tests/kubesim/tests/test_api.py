@@ -237,6 +237,8 @@ def kubevirt_admission():
 @t.test
 def update_needs_resource_version_for_custom_resources():
     A.post(VMS, vm("upd-1", run_strategy="Halted"))
+    wait_for(lambda: A.get(VMS + "/upd-1").json.get("status", {}).get("printableStatus") ==
+             "Stopped", 5, what="controller settled")
     cur = A.get(VMS + "/upd-1").json
     body = copy.deepcopy(cur)
     del body["metadata"]["resourceVersion"]
@@ -244,7 +246,12 @@ def update_needs_resource_version_for_custom_resources():
     t.eq(r.status, 422, "custom resource update without resourceVersion")
     cur = A.get(VMS + "/upd-1").json
     cur["spec"]["template"]["metadata"]["labels"]["y"] = "1"
-    r = A.put(VMS + "/upd-1", cur)
+    for _ in range(5):   # retry on conflict, as client-go's RetryOnConflict does
+        r = A.put(VMS + "/upd-1", cur)
+        if r.status != 409:
+            break
+        cur = A.get(VMS + "/upd-1").json
+        cur["spec"]["template"]["metadata"]["labels"]["y"] = "1"
     t.eq(r.status, 200, "update")
     t.eq(r.json["metadata"]["generation"], 2, "generation bumped by a spec change")
     A.delete(VMS + "/upd-1")
@@ -281,6 +288,8 @@ def owner_references_and_propagation():
     s = secret("own-1-ci", "x")
     s["metadata"]["ownerReferences"] = [ref]
     t.eq(B.post(SECRETS, s).status, 201, "owned secret")
+    wait_for(lambda: A.get(VMS + "/own-1").json["metadata"].get("finalizers"), 5,
+             what="the VM controller adds its finalizer")
     s2 = secret("own-1-orphan", "x")
     s2["metadata"]["ownerReferences"] = [dict(ref)]
     A.post(SECRETS, s2)
