@@ -312,7 +312,9 @@ def image_pull_failure_and_halted():
     wait_running(sim, "halt-1")
     r = A.patch(VMS + "/halt-1", {"spec": {"runStrategy": "Halted"}})
     wait_for(lambda: A.get(VMIS + "/halt-1").status == 404, 5, what="stopped")
-    t.eq(A.get(VMS + "/halt-1").json["status"]["printableStatus"], "Stopped", "Stopped again")
+    wait_for(lambda: A.get(VMS + "/halt-1").json["status"]["printableStatus"] == "Stopped", 5,
+             what="Stopped again")
+    t.ok(True, "Stopped again")
     A.delete(VMS + "/halt-1")
 
 
