@@ -304,8 +304,10 @@ class Stack:
         sock = self.path("run", "labvm-fcgi-apache.sock")
         if os.path.exists(sock):
             os.unlink(sock)
-        # labvm.fcgi under spawn-fcgi, in the foreground (-n) so it can be stopped by PID
-        self.spawn("apache-fcgi", ["spawn-fcgi", "-n", "-s", sock, "-M", "0666", "--",
+        # labvm.fcgi under spawn-fcgi, in the foreground (-n) so it can be stopped by PID;
+        # started again when it dies, as systemd does in production (Restart=on-failure)
+        self.spawn("apache-fcgi", ["/bin/sh", "-c", 'while :; do "$@"; sleep 0.2; done', "sh",
+                                   "spawn-fcgi", "-n", "-s", sock, "-M", "0666", "--",
                                    os.path.join(self.bindir, "labvm.fcgi")],
                    env={"LABVM_CONF": self.conf})
         conf = self.render(os.path.join(SRC, "conf", "apache", "labvm.conf.in"),
