@@ -360,6 +360,25 @@ class QemuGuest:
             t = threading.Thread(target=fn, name=f"{fn.__name__}-{self.name}", daemon=True)
             t.start()
             self._threads.append(t)
+        # an immediate failure (a taken host port, a bad option) ends QEMU
+        # during its set-up; QMP answers only once the main loop runs
+        deadline = time.monotonic() + 10
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                self.qmp("query-status", timeout=2.0)
+                break
+            except (OSError, ValueError, GuestError):
+                time.sleep(0.02)
+        if self.proc.poll() is not None:
+            _LIVE.discard(self)
+            try:
+                with open(self.log_path, "rb") as f:
+                    tail = f.read()[-1500:].decode("utf-8", "replace").strip()
+            except OSError:
+                tail = ""
+            self.error = f"qemu exited at once with {self.proc.returncode}: {tail}"
+            self.stop(timeout=0)
+            raise GuestError(f"{self.name}: {self.error}")
         return self
 
     def qemu_command(self, kernel, initrd):

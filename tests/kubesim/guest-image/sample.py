@@ -13,8 +13,8 @@ runcmd), to show it works with the real cloud-init too.
 
 The pattern, and why (cloud-init 22.4 in Debian 12):
 - bootcmd runs first, every boot, inside cloud-init.service, which is ordered
-  Before=sysinit.target's successors (systemd-user-sessions, hence every
-  getty). So:
+  Before=sysinit.target (so before systemd-user-sessions, every getty and
+  every unit with default dependencies). So:
   * the autologin drop-in is written and `systemctl daemon-reload` is run
     right there (no restart): serial-getty@ttyS0 has not started yet and
     starts with autologin straight away;
