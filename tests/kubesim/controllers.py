@@ -218,6 +218,15 @@ class Controllers:
         for pod in self.store.list("pods"):
             live.add(pod["metadata"]["uid"])
             self.pod(pod)
+        # VM status follows its VMI within the same pass
+        for v in self.store.list("virtualmachines"):
+            if not v["metadata"].get("deletionTimestamp"):
+                vmi = self.store.get("virtualmachineinstances", v["metadata"].get("namespace"),
+                                     v["metadata"]["name"])
+                if vmi is not None and not controlled_by(vmi, v["metadata"]["uid"]) and \
+                        vmi["metadata"].get("ownerReferences"):
+                    vmi = None
+                self._vm_status(v, vmi, None)
         self.gc()
         if len(self.due) > 0:
             for k in [k for k in self.due if k[0] not in live and not k[0].startswith("node:")]:

@@ -70,7 +70,8 @@ def vm_to_running_vmi_and_pod():
     t.eq(pod["status"]["phase"], "Running", "pod Running")
     t.eq(pod["status"]["podIP"], ip, "pod IP is the VMI's address")
     t.eq(pod["spec"]["nodeName"], vmi["status"]["nodeName"], "same node")
-    v = A.get(VMS + "/life-1").json
+    v = wait_for(lambda: (lambda j: j if j["status"].get("printableStatus") == "Running" else None)(
+        A.get(VMS + "/life-1").json), 2, what="VM Running")
     t.eq(v["status"].get("printableStatus"), "Running", "VM printableStatus")
     t.eq(v["status"].get("ready"), True, "VM ready")
     evs = {e["reason"] for e in events_for(sim, "life-1")}
