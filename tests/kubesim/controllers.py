@@ -1214,8 +1214,19 @@ class Controllers:
     def gc(self):
         objs = []
         for plural, d in self.store.objs.items():
+            if plural == "events":
+                continue
             for o in d.values():
                 objs.append((plural, o))
+        now = time.monotonic()
+        if now - getattr(self, "_last_event_ttl", 0) > 30:
+            # the apiserver's --event-ttl (1 h)
+            self._last_event_ttl = now
+            limit = time.time() - 3600
+            for e in list(self.store.objs.get("events", {}).values()):
+                ts = util.parse_rfc3339(e.get("lastTimestamp") or "")
+                if ts is not None and ts < limit:
+                    self.store.remove("events", e)
         deps = {}
         for plural, o in objs:
             for ref in o["metadata"].get("ownerReferences") or []:
