@@ -745,6 +745,10 @@ class QemuGuest:
             for t in self._threads:
                 if t is not threading.current_thread():
                     t.join(2.0)
+            if not any(t.is_alive() for t in self._threads):
+                for w in (self._wake_r, self._wake_w):
+                    _close(w)
+                self._wake_r = self._wake_w = None
             if self.proc is not None:   # the console output next to qemu.log, for post-mortems
                 try:
                     with open(self._p("serial.log"), "wb") as f:
