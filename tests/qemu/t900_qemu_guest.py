@@ -45,7 +45,24 @@ if skip is None:
 
 IMG = os.environ.get("LABVM_GUEST_IMAGE_DIR") or os.path.join(SRC, ".cache", "guest-image")
 STATE = tempfile.mkdtemp(prefix="qemu-t900-", dir=os.environ.get("LABVM_STATE") or None)
-IP_BASE = "127.77.9"
+
+
+def free_ip_base():
+    """127.77.X: a /24 whose .1 and .2 have 8899 free (two checks may run at once)."""
+    import socket
+    for k in range(200):
+        base = f"127.77.{10 + (os.getpid() + k) % 200}"
+        try:
+            for last in (1, 2):
+                with socket.socket() as s:
+                    s.bind((f"{base}.{last}", 8899))
+            return base
+        except OSError:
+            continue
+    return "127.77.9"
+
+
+IP_BASE = free_ip_base()
 S = {}   # shared between the tests
 
 
