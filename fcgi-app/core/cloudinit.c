@@ -21,10 +21,19 @@ static const char agent_start[] =
 	"/bin/sh -c \"$run\"; "
 	"else nohup /bin/sh -c \"$run\" >/var/log/labvm-agent.log 2>&1 & fi";
 
-/* The autologin drop-in takes effect when the getty restarts (systemd guests). */
-static const char getty_restart[] =
-	"if [ -d /run/systemd/system ]; then systemctl daemon-reload; "
-	"systemctl restart --no-block serial-getty@ttyS0.service; fi";
+/* Root autologin on the serial console (KubeVirt's console is ttyS0),
+ * written in bootcmd, before getty starts, so the first prompt is already a
+ * root shell (a restart later would show "login:" until then). */
+#define AUTOLOGIN_UNIT                                                                    \
+	"[Service]\n"                                                                     \
+	"ExecStart=\n"                                                                    \
+	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 " \
+	"--autologin root - $TERM\n"
+
+static const char autologin[] =
+	"mkdir -p \"$(dirname " GUEST_AUTOLOGIN ")\"; "
+	"cat > " GUEST_AUTOLOGIN " <<'LABVM_EOF'\n" AUTOLOGIN_UNIT "LABVM_EOF\n"
+	"if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi";
 
 static const char run_setup[] =
 	"mkdir -p " GUEST_STATE_DIR "; : > " GUEST_STATE_DIR "/setup.started; "
@@ -35,12 +44,6 @@ static const char run_setup[] =
 /* The last line: the ready flag, only after a successful setup. */
 static const char ready_flag[] =
 	"[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] && touch " GUEST_STATE_DIR "/ready";
-
-static const char autologin[] =
-	"[Service]\n"
-	"ExecStart=\n"
-	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 "
-	"--autologin root - $TERM\n";
 
 static cJSON *sh(const char *script)
 {
@@ -67,11 +70,12 @@ char *cloudinit_build(const struct lesson *l, const char *agent_token)
 	cJSON *files, *run;
 	char *setup, *json, *out;
 
-	jx_push(jx_add_arr(doc, "bootcmd"), sh(agent_start));
+	cJSON *boot = jx_add_arr(doc, "bootcmd");
+	jx_push(boot, sh(autologin));
+	jx_push(boot, sh(agent_start));
 	files = jx_add_arr(doc, "write_files");
 	add_file(files, GUEST_AGENT_PATH, agent_py, "0755");
 	add_file(files, GUEST_TOKEN_PATH, agent_token, "0600");
-	add_file(files, GUEST_AUTOLOGIN, autologin, "0644");
 	for (size_t i = 0; i < l->nfiles; i++)
 		add_file(files, l->files[i].path, l->files[i].content, l->files[i].mode);
 	if (l->setup && strncmp(l->setup, "#!", 2) == 0)
@@ -80,7 +84,6 @@ char *cloudinit_build(const struct lesson *l, const char *agent_token)
 		setup = xasprintf("#!/bin/sh\n%s\n", l->setup ? l->setup : "# no setup\nexit 0");
 	add_file(files, GUEST_SETUP_PATH, setup, "0700");
 	run = jx_add_arr(doc, "runcmd");
-	jx_push(run, sh(getty_restart));
 	jx_push(run, sh(run_setup));
 	jx_push(run, sh(ready_flag)); /* the last line */
 	json = jx_print(doc);

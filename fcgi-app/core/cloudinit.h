@@ -4,13 +4,14 @@
  * 2048 bytes; one path for every size). The document is "#cloud-config\n"
  * followed by JSON (YAML is a superset of JSON), built with cJSON:
  *
- *   bootcmd:     start the guest agent early (systemd-run on systemd guests,
- *                a background process otherwise); it waits for its file
- *   write_files: the agent, its per-VM token (0600), the serial-console
- *                root autologin drop-in, the lesson's files, the setup script
- *   runcmd:      restart the serial getty (systemd guests), run the setup
- *                (log for the agent, exit code recorded), and LAST create
- *                the ready flag, only if setup exited 0
+ *   bootcmd:     the serial-console root autologin drop-in (before getty
+ *                starts), then start the guest agent early (systemd-run on
+ *                systemd guests, a background process otherwise); it waits
+ *                for its file, since bootcmd runs before write_files
+ *   write_files: the agent, its per-VM token (0600), the lesson's files,
+ *                the setup script
+ *   runcmd:      run the setup (log for the agent, exit code recorded), and
+ *                LAST create the ready flag, only if setup exited 0
  *
  * Paths shared with the agent (fcgi-app/guest/agent.py). */
 #ifndef LABVM_CORE_CLOUDINIT_H

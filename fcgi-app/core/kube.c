@@ -139,6 +139,11 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 		if (!tail)
 			goto oom;
 		hdrs = tail;
+		/* no "Expect: 100-continue" round trip before large bodies (Secrets) */
+		tail = curl_slist_append(hdrs, "Expect:");
+		if (!tail)
+			goto oom;
+		hdrs = tail;
 	}
 	if (curl_easy_setopt(k->h, CURLOPT_URL, url) != CURLE_OK ||
 	    curl_easy_setopt(k->h, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||

@@ -32,8 +32,15 @@ def fcgi_pids():
             envs = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if cmd and cmd[0].endswith(b"labvm.fcgi") and \
-                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs and b"--listen" not in cmd:
+        if not (cmd and cmd[0].endswith(b"labvm.fcgi") and
+                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs):
+            continue
+        try:  # lighttpd's own children only (Apache's run under spawn-fcgi, unsupervised)
+            ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"lighttpd" in parent:
             out.append(int(pid))
     return out
 

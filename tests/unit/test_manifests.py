@@ -100,19 +100,20 @@ def cloud_configs():
         t.eq(set(cc), CLOUD_INIT_KEYS, f"{d['lesson']}: only modules cloud-init runs")
         files = cc["write_files"]
         paths = [f["path"] for f in files]
-        want = (["/opt/labvm/agent.py", "/etc/labvm/agent-token",
-                 "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"]
+        want = (["/opt/labvm/agent.py", "/etc/labvm/agent-token"]
                 + [f["path"] for f in lesson.get("files", [])] + ["/opt/labvm/setup.sh"])
         t.eq(paths, want, f"{d['lesson']}: write_files order")
         t.eq(files[0]["content"], agent, f"{d['lesson']}: the agent is embedded verbatim")
         t.eq(files[1]["permissions"], "0600", f"{d['lesson']}: token file mode")
-        t.ok("--autologin root" in files[2]["content"] and "ExecStart=\n" in files[2]["content"],
-             f"{d['lesson']}: autologin drop-in clears and sets ExecStart")
+        boot0 = cc["bootcmd"][0][2]
+        t.ok("serial-getty@ttyS0.service.d/autologin.conf" in boot0 and "--autologin root" in boot0
+             and "ExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u'" in boot0,
+             f"{d['lesson']}: bootcmd writes the autologin drop-in first (clears ExecStart)", boot0)
         t.ok(all(isinstance(f["permissions"], str) for f in files),
              f"{d['lesson']}: modes stay strings (YAML would read 0644 as a number)")
         t.ok(all(isinstance(c, list) for c in cc["bootcmd"] + cc["runcmd"]),
              f"{d['lesson']}: commands are argv lists")
-        t.ok("agent.py" in " ".join(cc["bootcmd"][0]), f"{d['lesson']}: the agent starts in bootcmd")
+        t.ok("agent.py" in " ".join(cc["bootcmd"][1]), f"{d['lesson']}: the agent starts in bootcmd")
         run = [" ".join(c) for c in cc["runcmd"]]
         t.ok("setup.sh" in run[-2] and "setup.rc" in run[-2], f"{d['lesson']}: setup then its rc")
         t.ok(run[-1].startswith("sh -c [ \"$(cat /var/lib/labvm/setup.rc") and
