@@ -130,6 +130,7 @@ struct bconn {
 	struct bconn *sess_next;
 	struct bq out;                      /* to the browser */
 	int rx_paused;                      /* we stopped reading this browser */
+	int want_pause;                     /* stop reading it from its next writeable */
 	int is_ws;
 	int close_code;
 	char close_reason[124];
@@ -153,6 +154,7 @@ struct bsession {
 	struct lws *up;
 	enum up_state up_state;
 	int up_rx_paused;
+	int up_want_pause;                  /* pause the upstream from its next writeable */
 	struct bq to_up;
 	struct bconn *conns;
 	int nconns;

@@ -420,8 +420,16 @@ static int browser_writeable(struct lws *wsi, struct bconn *c)
 {
 	unsigned char *p;
 	int is_text = 0;
-	size_t n = bq_peek(&c->out, &p, &is_text);
+	size_t n;
 
+	if (c->want_pause) {
+		c->want_pause = 0;
+		if (!c->rx_paused && c->state == BC_ATTACHED) {
+			lws_rx_flow_control(wsi, 0);
+			c->rx_paused = 1;
+		}
+	}
+	n = bq_peek(&c->out, &p, &is_text);
 	if (!n) {
 		if (c->state == BC_CLOSING) {
 			lws_close_reason(wsi, (enum lws_close_status)c->close_code,

@@ -276,12 +276,15 @@ void bs_detach(struct bconn *c)
 			 B->console_linger_s);
 	}
 	/* a paused upstream may have been waiting for this (slow) browser only */
-	if (s->up_rx_paused && s->up) {
+	if ((s->up_rx_paused || s->up_want_pause) && s->up) {
 		for (struct bconn *o = s->conns; o; o = o->sess_next)
 			if (o->out.bytes > BS_DOWN_LOW)
 				return;
-		lws_rx_flow_control(s->up, 1);
-		s->up_rx_paused = 0;
+		s->up_want_pause = 0;
+		if (s->up_rx_paused) {
+			lws_rx_flow_control(s->up, 1);
+			s->up_rx_paused = 0;
+		}
 	}
 }
 
@@ -394,9 +397,13 @@ void bs_upstream_data(struct bsession *s, const void *p, size_t n)
 		}
 		lws_callback_on_writable(c->wsi);
 	}
+	/* Not from inside the upstream's own RECEIVE: lws 4.1 would park the rest of
+	 * the current read in the wsi's buflist, and draining that buflist later
+	 * wedges its forced-service loop on this TLS client. Pause from the
+	 * upstream's next writeable callback instead (overshoot: one read). */
 	if (high && !s->up_rx_paused && s->up) {
-		lws_rx_flow_control(s->up, 0);
-		s->up_rx_paused = 1;
+		s->up_want_pause = 1;
+		lws_callback_on_writable(s->up);
 	}
 }
 
@@ -420,17 +427,27 @@ void bs_upstream_drained(struct bsession *s)
 {
 	if (s->to_up.bytes >= BS_UP_LOW)
 		return;
-	for (struct bconn *c = s->conns; c; c = c->sess_next)
+	for (struct bconn *c = s->conns; c; c = c->sess_next) {
+		c->want_pause = 0;
 		if (c->rx_paused && c->state == BC_ATTACHED) {
 			lws_rx_flow_control(c->wsi, 1);
 			c->rx_paused = 0;
 		}
+	}
 }
 
 void bs_browser_drained(struct bconn *c)
 {
 	struct bsession *s = c ? c->sess : NULL;
-	if (!s || !s->up_rx_paused || !s->up)
+	if (!s || !s->up)
+		return;
+	if (s->up_want_pause) {
+		for (struct bconn *o = s->conns; o; o = o->sess_next)
+			if (o->out.bytes > BS_DOWN_LOW)
+				return;
+		s->up_want_pause = 0;
+	}
+	if (!s->up_rx_paused)
 		return;
 	for (struct bconn *o = s->conns; o; o = o->sess_next)
 		if (o->out.bytes > BS_DOWN_LOW)
@@ -453,8 +470,8 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 	if (s->up && s->up_state == UP_OPEN)
 		lws_callback_on_writable(s->up);
 	if (s->to_up.bytes > BS_UP_HIGH && !c->rx_paused) {
-		lws_rx_flow_control(c->wsi, 0);
-		c->rx_paused = 1;
+		c->want_pause = 1; /* not from inside RECEIVE: see bs_upstream_data() */
+		lws_callback_on_writable(c->wsi);
 	}
 }
 

@@ -200,6 +200,13 @@ static int upstream_writeable(struct lws *wsi, struct bsession *s)
 				 (unsigned char *)bye, sizeof bye - 1);
 		return -1;
 	}
+	if (s->up_want_pause) {
+		s->up_want_pause = 0;
+		if (!s->up_rx_paused) {
+			lws_rx_flow_control(wsi, 0);
+			s->up_rx_paused = 1;
+		}
+	}
 	size_t n = bq_peek(&s->to_up, &p, &is_text);
 	if (!n)
 		return 0;
