@@ -5,7 +5,6 @@ errors.ApiError with the real reasons and messages."""
 import base64
 import json
 import random
-import string
 import time
 
 import admission

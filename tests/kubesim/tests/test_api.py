@@ -2,7 +2,6 @@
 """kubesim: the API's verbs, errors and validation (timeout: 120)."""
 import base64
 import copy
-import json
 
 from simlib import (DVS, PODS, SECRETS, VMIS, VMS, Sim, secret, vm, wait_for)
 from tap import T

@@ -4,7 +4,6 @@ the simulator (timeout: 150)."""
 import json
 import os
 import subprocess
-import time
 
 from simlib import KUBECTL, Sim, vm, wait_for, wait_running, VMS
 from tap import T
@@ -14,7 +13,7 @@ sim = Sim()
 HAVE_KUBECTL = os.access(KUBECTL, os.X_OK)
 NO_KUBECTL = None if HAVE_KUBECTL else f"Debian's kubectl not at {KUBECTL} (run tests/deps)"
 try:
-    import kubernetes
+
     from kubernetes import client, watch
     from kubernetes.client.rest import ApiException
     NO_PYK = None

@@ -3,7 +3,6 @@
 root; deleting the VM kills them (timeout: 120)."""
 import base64
 import os
-import socket
 import time
 import urllib.request
 
