@@ -11,6 +11,7 @@ processes are started and stopped by worker threads, never under the store
 lock."""
 import base64
 import queue
+import socket
 import threading
 import time
 import traceback
@@ -837,9 +838,20 @@ class Controllers:
             i = self.ip_next
             self.ip_next = (self.ip_next + 1) % (254 * 254)
             ip = f"{base[0]}.{base[1]}.{i // 254}.{i % 254 + 1}"
-            if ip not in used:
+            if ip not in used and self._ip_free(ip):
                 return ip
         raise RuntimeError("guest network exhausted")
+
+    @staticmethod
+    def _ip_free(ip):
+        """Nobody else on this host (another simulator's guest, a leftover
+        process) listens on ip:8899: the address is really this guest's."""
+        with socket.socket() as s:
+            try:
+                s.bind((ip, 8899))
+                return True
+            except OSError:
+                return False
 
     def _userdata(self, vmi):
         ns = vmi["metadata"].get("namespace")

@@ -1,7 +1,7 @@
 """Strict structural validation against the upstream OpenAPI schemas.
 
 Custom resources (kubevirt.io, cdi.kubevirt.io) are checked against the
-swagger files in ../shared/reference/ (kubevirt-swagger.json, cdi-swagger.json);
+swagger files in reference/ (copies of ../shared/reference: kubevirt-swagger.json, cdi-swagger.json);
 core kinds that have no schema file here (Secret, Pod, PVC, Event, Namespace,
 Node, ServiceAccount, RBAC) against python3-kubernetes' model field maps
 (openapi_types / attribute_map), the Kubernetes 1.22 API.
@@ -19,17 +19,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _find_reference_dir():
-    cands = [os.environ.get("KUBESIM_REFERENCE", "")]
-    d = HERE
-    for _ in range(6):
-        cands.append(os.path.join(d, "shared", "reference"))
-        cands.append(os.path.join(d, "..", "shared", "reference"))
-        d = os.path.dirname(d)
-    cands.append("/work/shared/reference")
-    for c in cands:
+    """The upstream schemas: a copy ships in tests/kubesim/reference (byte-exact,
+    provenance in its SOURCES.md), so a clone validates without anything outside
+    the repository; KUBESIM_REFERENCE may point elsewhere. Without them the
+    simulator refuses to start: validation must never silently pass."""
+    for c in (os.environ.get("KUBESIM_REFERENCE", ""), os.path.join(HERE, "reference")):
         if c and os.path.exists(os.path.join(c, "kubevirt-swagger.json")):
             return os.path.abspath(c)
-    return None
+    raise RuntimeError("kubesim: the upstream OpenAPI schemas are missing "
+                       f"(expected {os.path.join(HERE, 'reference')}/kubevirt-swagger.json)")
 
 
 QUANTITY_DEFS = {"k8s.io.apimachinery.pkg.api.resource.Quantity", "resource.Quantity"}
