@@ -552,9 +552,7 @@ static int run_rss(struct opts *o)
 int cmd_console(struct opts *o)
 {
 	struct ctx cx;
-	struct helper_like {
-		int ours;
-	} h = { 0 };
+	int ours = 0;
 	int use[P_COUNT] = { 0 }, rc = 0;
 	const char *lesson = o->lesson ? o->lesson : "linux-basics";
 	struct dvec tp[P_COUNT], lat[P_COUNT];
@@ -637,7 +635,7 @@ int cmd_console(struct opts *o)
 		for (;;) {
 			long code = bapi_call(&cx.api, "POST", "/api/sessions", body, &s);
 			if (code == 201) {
-				h.ours = 1;
+				ours = 1;
 				break;
 			}
 			const char *open_id = kj_str(s, "session.id");
@@ -673,14 +671,11 @@ int cmd_console(struct opts *o)
 		snprintf(cx.vm, sizeof cx.vm, "%s", kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
 		cJSON_Delete(s);
 		char *p = xasprintf("/api/sessions/%s", cx.sid);
-		const char *st = "starting";
+		char st[16] = "starting";
 		while (!bench_stop && util_mono_s() - t0 < 600) {
 			cJSON *g = NULL;
-			if (bapi_call(&cx.api, "GET", p, NULL, &g) == 200 && kj_str(g, "state")) {
-				static char state[16];
-				snprintf(state, sizeof state, "%s", kj_str(g, "state"));
-				st = state;
-			}
+			if (bapi_call(&cx.api, "GET", p, NULL, &g) == 200 && kj_str(g, "state"))
+				bench_copy(st, sizeof st, kj_str(g, "state"));
 			cJSON_Delete(g);
 			if (strcmp(st, "starting") != 0)
 				break;
@@ -694,13 +689,17 @@ int cmd_console(struct opts *o)
 		}
 	}
 	printf("lab ready: session %s, VM %s\n", cx.sid, cx.vm);
+	fflush(stdout);
 
 	struct progress pr;
 	size_t total = (size_t)o->runs * 2 * (size_t)(use[0] + use[1] + use[2]), done = 0;
 	progress_start(&pr, "console", total, o->quiet);
 	for (int run = 1; run <= o->runs && !bench_stop && !rc; run++) {
 		for (int phase = 0; phase < 2 && !rc; phase++) {
-			for (int k = 0; k < P_COUNT && !bench_stop; k++) {
+			/* the first path rotates from run to run: whoever follows a
+			 * direct connection finds the bridge's upstream kicked */
+			for (int kk = 0; kk < P_COUNT && !bench_stop; kk++) {
+				int k = (kk + run - 1) % P_COUNT;
 				struct wsc c;
 				if (!use[k])
 					continue;
@@ -814,7 +813,7 @@ int cmd_console(struct opts *o)
 	if (o->rss && !bench_stop && run_rss(o) < 0)
 		rc = 1;
 out:
-	if (h.ours && cx.sid[0]) {
+	if (ours && cx.sid[0]) {
 		char *p = xasprintf("/api/sessions/%s", cx.sid);
 		if (bapi_call(&cx.api, "DELETE", p, NULL, NULL) == 200)
 			printf("ended session %s\n", cx.sid);

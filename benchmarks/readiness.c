@@ -106,6 +106,24 @@ static double vmi_running(struct rrun *r, struct kube *k, const char *vm, const 
 	return t - bench_parse_time(created_at);
 }
 
+/* "VMI phase Running, ip 10.0.0.7" for a session that never got ready */
+static void vmi_summary(struct rrun *r, struct kube *k, const char *vm, char *out, size_t n)
+{
+	char *path = kube_path("virtualmachineinstances", r->o->namespace_, vm);
+	cJSON *vmi = NULL;
+	long code = kube_get(k, path, &vmi);
+	if (code == 200)
+		snprintf(out, n, "VMI phase %.20s, ip %.40s",
+			 kj_str(vmi, "status.phase") ? kj_str(vmi, "status.phase") : "none",
+			 kj_str(vmi, "status.interfaces.0.ipAddress")
+				 ? kj_str(vmi, "status.interfaces.0.ipAddress")
+				 : "none");
+	else
+		snprintf(out, n, "VMI: HTTP %ld", code);
+	cJSON_Delete(vmi);
+	free(path);
+}
+
 static void end_session(struct bapi *a, const char *sid, cJSON **final)
 {
 	char *path = xasprintf("/api/sessions/%s", sid);
@@ -244,9 +262,13 @@ static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 	else
 		bench_copy(x->state, sizeof x->state, st);
 	bench_copy(x->stage, sizeof x->stage, kj_str(last, "stage"));
-	if (strcmp(x->state, "timeout") == 0)
-		snprintf(x->error, sizeof x->error, "labvm-bench: not ready after %.0f s",
-			 o->timeout_s);
+	if (strcmp(x->state, "timeout") == 0) {
+		char why[160] = "";
+		if (k && vm[0])
+			vmi_summary(r, k, vm, why, sizeof why);
+		snprintf(x->error, sizeof x->error, "labvm-bench: not ready after %.0f s%s%s",
+			 o->timeout_s, why[0] ? "; " : "", why);
+	}
 
 	/* end it; the answer carries every timestamp */
 	end_session(&a, sid, &last);
