@@ -292,6 +292,52 @@ def seq_200000_arrives_complete_and_in_order():
 
 
 @t.test
+def megabytes_of_output_repeatedly_and_the_bridge_stays_responsive():
+    """Flow control under load: the upstream is paused and resumed many times
+    (a regression test: lws 4.1 once wedged its service loop here)."""
+    need_lab()
+
+    async def go():
+        for i in range(4):
+            c = await Console.open(ticket(lab["id"])["url"])
+            t.require(await c.prompt(15), f"run {i}: prompt")
+            c.out.clear()
+            await c.send(b"head -c 15000000 /dev/zero | tr '\\0' x | fold -w 99; "
+                         b"echo BIG-$((6*7))\r")
+            got = await c.until(lambda x: b"BIG-42\r\n" in x.out[-64:], 60)
+            t.require(got, f"run {i}: end marker ({len(c.out)} bytes)")
+            n = c.out[c.out.index(b"\n") + 1:].count(b"x")  # after the command's echo
+            t.eq(n, 15000000, f"run {i}: every byte")
+            t0 = time.monotonic()
+            stats()
+            t.ok(time.monotonic() - t0 < 2, f"run {i}: bridge answers at once")
+            await c.close()
+    run(go())
+
+
+@t.test
+def large_paste_arrives_complete():
+    need_lab()
+
+    async def go():
+        c = await Console.open(ticket(lab["id"])["url"])
+        t.require(await c.prompt(15), "prompt")
+        await c.send(b"stty raw -echo; head -c 1000000 | md5sum; stty sane\r")
+        await asyncio.sleep(0.5)
+        data = bytes(range(32, 127)) * (1000000 // 95 + 1)
+        data = data[:1000000]
+        for i in range(0, len(data), 4096):
+            await c.send(data[i:i + 4096])
+        import hashlib
+        want = hashlib.md5(data).hexdigest().encode()
+        t.ok(await c.expect(want, 60), "guest got every byte in order (md5)",
+             bytes(c.out[-200:]))
+        await c.send(b"\r")
+        await c.close()
+    run(go())
+
+
+@t.test
 def second_tab_shares_the_console():
     need_lab()
 
