@@ -74,7 +74,7 @@ int cmd_selftest(struct opts *o)
 		snprintf(x->lesson, sizeof x->lesson, "%s", i % 2 ? "linux-basics" : "debian,\"golden\"");
 		snprintf(x->disk_source, sizeof x->disk_source, "%s", i % 2 ? "containerdisk" : "golden");
 		snprintf(x->state, sizeof x->state, "ready");
-		snprintf(x->created_at, sizeof x->created_at, "2026-11-29T16:09:0%d.000Z", i);
+		bench_fmt_time(1795968540.0 + i, x->created_at);
 		snprintf(x->error, sizeof x->error, "line one\nline \"two\"");
 		x->http_status = 201;
 		x->s_submitted = 0.1 * (i + 1);
