@@ -38,7 +38,7 @@ const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage
   '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 const FRONTENDS = [
-  { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL, users: ['student71', 'student72', 'student73'], portOffset: 700 },
+  { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || (ENV.LABVM_APACHE_URL ? null : ENV.LABVM_URL), users: ['student71', 'student72', 'student73'], portOffset: 700 },
   { name: 'apache', url: ENV.LABVM_APACHE_URL, users: ['student74', 'student75', 'student76'], portOffset: 710 },
 ];
 
@@ -217,6 +217,18 @@ class NetProxy {
   }
 }
 
+/* What the page shows and knows, for a failure's diagnostics. */
+async function pageState(p) {
+  return p.evaluate(() => JSON.stringify({
+    view: document.getElementById('app').dataset.view,
+    conn: document.getElementById('conn').dataset.conn,
+    connText: document.getElementById('conn-text').textContent,
+    session: window.labvm.state.session,
+    console: window.labvm.console && { state: window.labvm.console.state, failures: window.labvm.console.failures },
+    terminal: (document.querySelector('#terminal .xterm-rows') || {}).textContent,
+  }, null, 1)).catch((e) => `(no page state: ${e.message})`);
+}
+
 /* The page's own view of things. */
 const view = (page) => page.getAttribute('#app', 'data-view');
 const termText = (page) => page.evaluate(() => {
@@ -287,9 +299,11 @@ async function scenario(browser, fe, cleanups) {
   const problems = [];
   const pages = [];
   const base = fe.url;
-  const mainPort = Number(new URL(ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL).port);
+  // the stack's port base (lighttpd at base+80, Apache at base+90); ours are base+700 and +710
+  const stackBase = ENV.LABVM_LIGHTTPD_URL ? Number(new URL(ENV.LABVM_LIGHTTPD_URL).port) - 80
+    : Number(new URL(ENV.LABVM_APACHE_URL || ENV.LABVM_URL).port) - (ENV.LABVM_APACHE_URL ? 90 : 80);
   const capState = path.join(ENV.LABVM_STATE || path.join(SRC, '.check'), `e2e-capacity-${fe.name}`);
-  const capBase = mainPort - 80 + fe.portOffset - (fe.name === 'apache' ? 90 : 80);
+  const capBase = stackBase + fe.portOffset - (fe.name === 'apache' ? 90 : 80);
   let capUrl = null;
   let proxy = null;
   let ctxA = null;
@@ -564,7 +578,8 @@ async function scenario(browser, fe, cleanups) {
     await pageB.waitForFunction(() => ['starting', 'lab'].includes(document.getElementById('app').dataset.view), null, { timeout: 30000 });
     sidB = await pageB.evaluate(() => window.labvm.state.session.id);
     assert(sidB, 'a session was created');
-    await pageB.waitForSelector('#view-lab:not([hidden]) #conn[data-conn="open"]', { timeout: 60000 });
+    await pageB.waitForSelector('#view-lab:not([hidden]) #conn[data-conn="open"]', { timeout: 60000 })
+      .catch(async (e) => { throw new Error(`${e.message}\n${await pageState(pageB)}`); });
     // ended elsewhere (another tab, the teacher): the bridge closes the console
     // with 4410 and the page shows the end at once, long before its next poll
     const r = await api(capUrl, B, 'DELETE', `/api/sessions/${sidB}`);

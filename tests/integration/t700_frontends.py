@@ -22,7 +22,8 @@ from tap import T  # noqa: E402
 t = T()
 ENV = os.environ
 PASSWORD = ENV.get("LABVM_PASSWORD", "labvm")
-FRONTENDS = [("lighttpd", ENV.get("LABVM_LIGHTTPD_URL") or ENV.get("LABVM_URL")),
+FRONTENDS = [("lighttpd", ENV.get("LABVM_LIGHTTPD_URL")
+              or (None if ENV.get("LABVM_APACHE_URL") else ENV.get("LABVM_URL"))),
              ("apache", ENV.get("LABVM_APACHE_URL"))]
 USERS = {"lighttpd": ("student61", "student62"), "apache": ("student63", "student64")}
 LESSON = "debian-golden"
