@@ -330,7 +330,7 @@
 
   function showSession(s) {
     const prev = S.session;
-    if (prev && prev.id !== s.id) { S.grade = null; S.labError = null; }
+    if (!prev || prev.id !== s.id) { S.grade = null; S.labError = null; }
     S.session = s;
     if (typeof s.remaining_s === 'number') S.remain = { s: s.remaining_s, at: Date.now() };
     else S.remain = null;
@@ -480,8 +480,16 @@
   function renderGrade() {
     const g = S.grade;
     const panel = $('grade-panel');
-    panel.hidden = !g;
-    if (!g) return;
+    panel.hidden = false;
+    if (!g) {
+      // before the first grade: what Grade will do
+      const l = S.session && S.lessons.find((x) => x.id === S.session.lesson);
+      panel.dataset.result = 'none';
+      $('grade-summary').textContent = t('grade.none');
+      $('grade-at').textContent = l && l.grader_steps ? t('grade.hint', { n: l.grader_steps }) : '';
+      $('grade-steps').replaceChildren();
+      return;
+    }
     const all = g.passed === g.total;
     panel.dataset.result = all ? 'pass' : 'fail';
     $('grade-summary').textContent = t('grade.summary', { passed: g.passed, total: g.total });

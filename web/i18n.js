@@ -67,6 +67,8 @@ window.LABVM_TEXTS = {
     'grade.timeout': 'timed out',
     'grade.at': 'graded at {time}',
     'grade.noOutput': '(no output)',
+    'grade.none': 'Not graded yet',
+    'grade.hint': 'Grade checks the {n} steps of this lesson in your machine; press it as often as you like.',
 
     'console.connecting': 'Connecting…',
     'console.open': 'Connected',
@@ -157,6 +159,8 @@ window.LABVM_TEXTS = {
     'grade.timeout': 'タイムアウト',
     'grade.at': '採点時刻 {time}',
     'grade.noOutput': '(出力なし)',
+    'grade.none': 'まだ採点していません',
+    'grade.hint': '「採点」を押すと、このレッスンの {n} 項目をマシン上で確認します。何度でも押せます。',
 
     'console.connecting': '接続中…',
     'console.open': '接続済み',

@@ -432,9 +432,10 @@ async function scenario(browser, fe, cleanups) {
   });
 
   await sc.step('Grade shows the task failing, fixed in the terminal, Grade shows it passing', async () => {
+    assert((await page.textContent('#grade-summary')) === 'Not graded yet', 'not graded yet');
     await page.click('#grade');
-    await page.waitForSelector('#grade-panel:not([hidden])', { timeout: 30000 });
-    await page.waitForFunction(() => !document.getElementById('grade').disabled);
+    await page.waitForSelector('#grade-panel[data-result="fail"]', { timeout: 30000 });
+    assert(!(await page.isDisabled('#grade')), 'Grade can be pressed again');
     let summary = await page.textContent('#grade-summary');
     assert(summary === '1 of 2 steps passed', 'first grade', summary);
     const failing = await page.$$eval('#grade-steps li[data-passed="false"] .step-name', (l) => l.map((x) => x.textContent));
