@@ -616,6 +616,7 @@ async function scenario(browser, fe, cleanups) {
       assert((await pj.getAttribute('html', 'lang')) === 'ja', 'lang=ja');
       assert((await pj.textContent('#view-lessons h2')) === 'レッスン', 'Japanese heading');
       assert((await pj.textContent('button.start')) === '演習を開始', 'Japanese button');
+      await shot(pj, 'ja-lessons');
       await pj.click('#lang-switch button[data-lang="en"]');
       assert((await pj.textContent('#view-lessons h2')) === 'Lessons', 'switched to English');
     } finally {
