@@ -145,6 +145,7 @@ cJSON *session_json(const struct session *s)
 {
 	cJSON *o = jx_obj(), *disk, *vms;
 	jx_add_str(o, "id", s->id);
+	jx_add_str(o, "user", s->user);
 	jx_add_str(o, "lesson", s->lesson);
 	jx_add_str(o, "runtime", s->runtime);
 	jx_add_str(o, "state", s->state);
