@@ -153,6 +153,45 @@ out:
 	return rc;
 }
 
+struct hstart {
+	const struct opts *o;
+	const char *lesson;
+	struct helper *h;
+	int rc;
+};
+
+static void *helper_thread(void *arg)
+{
+	struct hstart *x = arg;
+	x->rc = helper_start(x->o, x->lesson, x->h, 600);
+	return NULL;
+}
+
+/* all at once: a start takes the lesson's boot time, not n of them */
+static int helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n)
+{
+	struct hstart *x = xcalloc((size_t)n, sizeof *x);
+	pthread_t *th = xcalloc((size_t)n, sizeof *th);
+	int *joined = xcalloc((size_t)n, sizeof *joined);
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		x[i] = (struct hstart){ o, lesson, &h[i], -1 };
+		joined[i] = pthread_create(&th[i], NULL, helper_thread, &x[i]) == 0;
+		if (!joined[i])
+			helper_thread(&x[i]);
+	}
+	for (int i = 0; i < n; i++) {
+		if (joined[i])
+			pthread_join(th[i], NULL);
+		if (x[i].rc != 0)
+			rc = -1;
+	}
+	free(x);
+	free(th);
+	free(joined);
+	return rc;
+}
+
 static void helper_end(const struct opts *o, struct helper *h)
 {
 	struct bapi a;
@@ -249,9 +288,17 @@ static const struct {
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
 
+static int target_index(const char *name)
+{
+	for (size_t k = 0; k < NTARGETS; k++)
+		if (strcmp(TARGETS[k].name, name) == 0)
+			return (int)k;
+	return -1;
+}
+
 int cmd_api(struct opts *o)
 {
-	char **names = NULL;
+	int *names = NULL;
 	int nnames = 0, rc = 0;
 	struct helper *h = NULL;
 	int nh = 0;
@@ -263,11 +310,8 @@ int cmd_api(struct opts *o)
 		return 2;
 	}
 	for (char *t = strtok_r(copyt, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		size_t k;
-		for (k = 0; k < NTARGETS; k++)
-			if (strcmp(TARGETS[k].name, t) == 0)
-				break;
-		if (k == NTARGETS) {
+		int k = target_index(t);
+		if (k < 0) {
 			fprintf(stderr, "labvm-bench api: unknown target %s (status, lessons, "
 					"current, healthz)\n",
 				t);
@@ -276,7 +320,7 @@ int cmd_api(struct opts *o)
 			return 2;
 		}
 		names = xrealloc(names, sizeof *names * (size_t)(nnames + 1));
-		names[nnames++] = t;
+		names[nnames++] = k;
 	}
 	if (bench_users_load(o) < 0 || !nnames) {
 		free(copyt);
@@ -293,11 +337,9 @@ int cmd_api(struct opts *o)
 	       o->connections, o->duration_s, o->warmup_s, o->url);
 	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh, lesson);
 	fflush(stdout);
-	for (int i = 0; i < nh; i++) {
-		if (helper_start(o, lesson, &h[i], 300) < 0) {
-			rc = 1;
-			goto cleanup;
-		}
+	if (helpers_start(o, lesson, h, nh) < 0) {
+		rc = 1;
+		goto cleanup;
 	}
 
 	cJSON *root = jx_obj(), *res = jx_add_arr(root, "targets");
@@ -312,10 +354,7 @@ int cmd_api(struct opts *o)
 	printf("\n  %-8s %-32s %8s %9s %7s %8s %8s %8s %8s %8s %8s\n", "target", "request", "answers",
 	       "req/s", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "app p50", "app p99");
 	for (int ti = 0; ti < nnames && !bench_stop; ti++) {
-		size_t k;
-		for (k = 0; k < NTARGETS; k++)
-			if (strcmp(TARGETS[k].name, names[ti]) == 0)
-				break;
+		int k = names[ti];
 		struct load l;
 		memset(&l, 0, sizeof l);
 		l.o = o;
@@ -587,6 +626,7 @@ int cmd_burst(struct opts *o)
 		/* answers */
 		struct answer_kind kinds[16];
 		int nk = 0, admitted = 0;
+		memset(kinds, 0, sizeof kinds);
 		double capacity = o->capacity ? o->capacity : NAN, server_cap = NAN;
 		struct dvec lat = { 0 }, lat201 = { 0 }, app = { 0 }, kms = { 0 };
 		for (int i = 0; i < o->users; i++) {

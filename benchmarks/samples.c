@@ -124,6 +124,7 @@ void rset_summarize(struct rset *r)
 			int n;
 		} fs[8];
 		int nfs = 0;
+		memset(fs, 0, sizeof fs);
 		for (size_t i = 0; i < r->n; i++) {
 			const struct rsample *s = &r->s[i];
 			if (group_for(r, s) != g)
