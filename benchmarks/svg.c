@@ -124,7 +124,7 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 			ax.hi = 1;
 	}
 
-	int top = 118;
+	int top = 124;
 	int plot_h = stages * STAGE_H + rows * ROW_H + stages * 8;
 	int H = top + plot_h + 110;
 	FILE *f = fopen(path, "w");
@@ -206,9 +206,11 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		fmt_secs(lab, sizeof lab, ticks.v[i]);
 		fprintf(f,
 			"<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
-			"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+			"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>"
+			"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\" "
+			"font-size=\"10\">%s</text>\n",
 			xpos(&ax, ticks.v[i]), gy1, xpos(&ax, ticks.v[i]), gy1 + 5,
-			xpos(&ax, ticks.v[i]), gy1 + 19, lab);
+			xpos(&ax, ticks.v[i]), gy1 + 19, lab, xpos(&ax, ticks.v[i]), gy0 - 2, lab);
 	}
 	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">seconds</text>\n",
 		(X0 + X1) / 2, gy1 + 38);

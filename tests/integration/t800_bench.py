@@ -3,7 +3,7 @@
 
 timeout: 400
 
-It runs `labvm-bench readiness` as five students (student191..student195,
+It runs `labvm-bench readiness` as five students (student281..student285,
 reserved for this suite) and checks what it writes and prints: CSV, JSON and
 SVG exist and parse, the columns, n=5 per stage, the stage order of every
 sample on both clocks, the printed table's columns, that the figures agree
@@ -28,7 +28,7 @@ from tap import T
 
 t = T()
 BENCH = os.path.join(env("LABVM_BIN"), "labvm-bench")
-FIRST, N = 191, 5
+FIRST, N = 281, 5
 USERS = [f"student{i}" for i in range(FIRST, FIRST + N)]
 LESSON = "debian-golden"
 COLUMNS = ["idx", "user", "lesson", "session_id", "http_status", "start_error",
