@@ -320,6 +320,25 @@ async def close_many(conns):
 
 
 # -------------------------------------------------------------- benchmarks
+def bridge_pid():
+    try:
+        with open(os.path.join(E["LABVM_STATE"], "pids", "console")) as f:
+            pid = int(f.read())
+        os.kill(pid, 0)
+        return pid
+    except (KeyError, OSError, ValueError):
+        return None
+
+
+def cpu_s(pid):
+    """user+system CPU seconds of a process (and its threads)."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def bench_throughput_latency(a, labs, key, res):
     s = labs[0]
     sid, vm, user = s["id"], s["vms"][0]["name"], s["user"]
@@ -327,6 +346,8 @@ async def bench_throughput_latency(a, labs, key, res):
     front = E["LABVM_URL"].replace("http://", "ws://")
     want = set(a.only)
     tp = {"direct": [], "bridge": [], "front end": []}
+    pid = bridge_pid()
+    cpu = []  # bridge CPU seconds per MB relayed
     lat = {"direct": [], "bridge": []}
     for r in range(a.runs):
         for how in ("direct", "bridge", "front end"):
@@ -334,7 +355,10 @@ async def bench_throughput_latency(a, labs, key, res):
                 break
             c = await (open_direct(vm) if how == "direct" else
                        open_bridge(sid, user, vm, key, bridge if how == "bridge" else front))
+            c0 = cpu_s(pid)
             mbs, n = await throughput_once(c, a.mb)
+            if how == "bridge" and pid:
+                cpu.append((cpu_s(pid) - c0) / (n / 1e6))
             await c.close()
             tp[how].append(mbs)
             log(f"  throughput run {r + 1} {how:9s}: {mbs:7.2f} MB/s ({n / 1e6:.1f} MB)")
@@ -356,6 +380,11 @@ async def bench_throughput_latency(a, labs, key, res):
         res["throughput_MBps"] = {"direct": d, "bridge": b, "lighttpd+bridge": f,
                                   "ratio_bridge": b / d, "ratio_front_end": f / d,
                                   "runs": a.runs, "MB": a.mb}
+        if cpu:
+            ms = statistics.median(cpu) * 1000
+            res["throughput_MBps"]["bridge_cpu_ms_per_MB"] = ms
+            log(f"bridge CPU while relaying: {ms:.1f} ms per MB (median), i.e. one core "
+                f"would relay about {1000 / ms if ms else float('inf'):.0f} MB/s")
         log(f"throughput (median of {a.runs}): direct {d:.2f} MB/s, bridge {b:.2f} MB/s "
             f"(ratio {b / d:.2f}), lighttpd+bridge {f:.2f} MB/s (ratio {f / d:.2f})")
     if "latency" in want:
@@ -378,9 +407,19 @@ async def bench_rss_shared(a, labs, key, tmp, res):
         await asyncio.sleep(0.5)
         base_rss = rss_kib(p.pid)
         specs = [(s["id"], s["user"], s["vms"][0]["name"]) for s in labs]
-        specs = [specs[i % len(specs)] for i in range(a.conns)]
+        # one browser per lab: as many separate simulator upstreams as there are labs
+        first = await open_many(specs, base, key, batch=10)
+        await asyncio.sleep(3)
+        r1 = rss_kib(p.pid)
+        res["rss_sim_separate"] = {"browsers": len(first), "upstreams": len(labs),
+                                   "rss_idle_kib": base_rss, "rss_kib": r1,
+                                   "per_console_kib": (r1 - base_rss) / len(first)}
+        log(f"rss sim separate: {len(first)} browsers on {len(labs)} simulator consoles: "
+            f"{r1 / 1024:.1f} MiB (idle bridge {base_rss / 1024:.1f} MiB, "
+            f"{(r1 - base_rss) / len(first):.1f} KiB per console)")
+        more = [specs[i % len(specs)] for i in range(len(first), a.conns)]
         t0 = time.monotonic()
-        conns = await open_many(specs, base, key)
+        conns = first + await open_many(more, base, key)
         took = time.monotonic() - t0
         await asyncio.sleep(3)
         r = rss_kib(p.pid)
@@ -454,6 +493,8 @@ async def main():
     ap.add_argument("--keys", type=int, default=200, help="keystrokes per latency run")
     ap.add_argument("--conns", type=int, default=1000)
     ap.add_argument("--labs", type=int, default=4, help="simulator labs for the shared RSS case")
+    ap.add_argument("--first-user", type=int, default=171,
+                    help="labs belong to studentN, studentN+1, ... (N <= 200 - labs)")
     ap.add_argument("--only", default="throughput,latency,rss")
     ap.add_argument("--json", help="also write the summary here")
     a = ap.parse_args()
@@ -470,7 +511,7 @@ async def main():
         if {"throughput", "latency", "rss-shared"} & set(a.only):
             n = a.labs if "rss-shared" in a.only else 1
             for i in range(n):
-                user = f"student{171 + i}"
+                user = f"student{a.first_user + i}"
                 s, err = start_lab(user)
                 if not s:
                     log(f"lab {i + 1} for {user}: {err} (continuing with {len(labs)})")
