@@ -259,6 +259,8 @@ def stop(p):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    if p.returncode != 0:
+        log(f"  private bridge exited with status {p.returncode} (log: {p.args[0]} in the tmp folder)")
 
 
 FAKE = r'''
