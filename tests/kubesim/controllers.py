@@ -8,7 +8,13 @@ Running, printableStatus, deletion with finalizers), the garbage collector
 Level-triggered: one thread runs reconcile() over all objects whenever the
 store changes or a delay falls due; delays come from the profile. Guest
 processes are started and stopped by worker threads, never under the store
-lock."""
+lock.
+
+With real guests (`--guest qemu`) the node is this machine: a VMI becomes
+Running only once its QEMU process runs (its start failing makes it Failed),
+AgentConnected and guestOSInfo come when the QEMU guest agent answers, a
+guest that powers itself off makes its VMI Succeeded (a crash: Failed), and
+the scheduler also counts the node's devices.kubevirt.io/kvm (VMIs at once)."""
 import base64
 import queue
 import socket
@@ -27,6 +33,7 @@ VM_FINALIZER = "kubevirt.io/virtualMachineControllerFinalize"
 VMI_FINALIZERS = ["kubevirt.io/virtualMachineControllerFinalize",
                   "kubevirt.io/foregroundDeleteVirtualMachine"]
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
+KVM_DEVICE = "devices.kubevirt.io/kvm"
 KV = "kubevirt.io/v1"
 FAILING_IMAGE = "doesnotexist"
 
@@ -81,9 +88,13 @@ def mem_request(vmi_spec):
 
 
 def pod_mem(pod):
+    return pod_request(pod, "memory")
+
+
+def pod_request(pod, resource):
     total = 0
     for c in dig(pod, "spec", "containers") or []:
-        q = dig(c, "resources", "requests", "memory")
+        q = dig(c, "resources", "requests", resource)
         if q is not None:
             try:
                 total += int(parse_quantity(q))
@@ -148,7 +159,12 @@ class Controllers:
         self.images = {}           # node -> set(images pulled)
         self.pulling = {}          # (node, image) -> monotonic time the pull completes
         self.guests = {}           # vmi uid -> guest driver
-        self.guest_state = {}      # vmi uid -> "starting" | "running" | "stopping" | "stopped" | "failed"
+        self.guest_state = {}      # vmi uid -> "starting" | "running" | "stopping" | "stopped" |
+        #                            "failed" | "succeeded" (the guest powered itself off)
+        self.guest_errors = {}     # vmi uid -> why its guest did not start or died
+        self.agent_info = {}       # vmi uid -> guest OS info once the QEMU guest agent answered
+        # real guests: Running only once the guest process runs (see the module doc)
+        self.real_guests = getattr(sim.guest_class, "kind", "") == "qemu"
         self.ips = {}              # vmi uid -> ip
         self.ip_next = 0
         self.workers = GuestWorkers(4, sim.log)
@@ -158,6 +174,9 @@ class Controllers:
 
     def start(self):
         self.thread.start()
+        if self.real_guests:
+            threading.Thread(target=self._agent_probe_loop, name="guest-agent-probe",
+                             daemon=True).start()
 
     # ------------------------------------------------------------ timing
     def ready(self, uid, stage, delay):
@@ -233,9 +252,11 @@ class Controllers:
             for k in [k for k in self.due if k[0] not in live and not k[0].startswith("node:")]:
                 del self.due[k]
         for uid in [u for u in self.guest_state if u not in live and
-                    self.guest_state[u] in ("stopped", "failed")]:
+                    self.guest_state[u] in ("stopped", "failed", "succeeded")]:
             self.guest_state.pop(uid, None)
             self.guests.pop(uid, None)
+            self.guest_errors.pop(uid, None)
+            self.agent_info.pop(uid, None)
 
     # -------------------------------------------------------- namespaces
     def namespace(self, ns):
@@ -728,15 +749,34 @@ class Controllers:
                 return
             ip = self.ips.get(uid) or dig(pod, "status", "podIP")
             self.ips[uid] = ip
+            if self.real_guests:
+                # virt-handler reports Running once the domain (QEMU) runs
+                gs = self.guest_state.get(uid)
+                if gs is None:
+                    self._start_guest(vmi, pod)
+                    return
+                if gs == "starting":
+                    return
+                if gs != "running":
+                    why = self.guest_errors.get(uid) or "the domain did not start"
+                    self._vmi_status(vmi, "Failed", drop_conditions=("Ready",))
+                    self.api.event(vmi, "Warning", "SyncFailed",
+                                   f"server error. command SyncVMI failed: {why}"[:1000],
+                                   "virt-handler")
+                    return
             mac = "02:%02x:%02x:%02x:%02x:%02x" % tuple(bytes.fromhex(uid.replace("-", "")[:10]))
+            # a process guest "has" its agent at once; a real one reports it later
+            agent = [] if self.real_guests else [_cond("AgentConnected", "True")]
+            os_info = {} if self.real_guests else {
+                "id": "debian", "name": "Debian GNU/Linux", "version": "12", "versionId": "12",
+                "prettyName": "Debian GNU/Linux 12 (bookworm)", "kernelRelease": "6.1.0-kubesim"}
             n = self._vmi_status(
                 vmi, "Running",
                 interfaces=[{"name": "default", "ipAddress": ip, "ipAddresses": [ip], "mac": mac,
-                             "infoSource": "domain, guest-agent", "interfaceName": "eth0",
+                             "infoSource": "domain" if self.real_guests else "domain, guest-agent",
+                             "interfaceName": "eth0",
                              "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}],
-                guestOSInfo={"id": "debian", "name": "Debian GNU/Linux", "version": "12",
-                             "versionId": "12", "prettyName": "Debian GNU/Linux 12 (bookworm)",
-                             "kernelRelease": "6.1.0-kubesim"},
+                guestOSInfo=os_info,
                 qosClass="Burstable", launcherContainerImageVersion=LAUNCHER_IMAGE,
                 migrationMethod="BlockMigration", migrationTransport="Unix",
                 activePods={pod["metadata"]["uid"]: dig(pod, "spec", "nodeName")},
@@ -748,11 +788,11 @@ class Controllers:
                                   "network" if False else
                                   "cannot migrate VMI: PVC is not shared, live migration "
                                   "requires that all PVCs must be shared (using ReadWriteMany "
-                                  "access mode)"),
-                            _cond("AgentConnected", "True")])
+                                  "access mode)")] + agent)
             self.api.event(vmi, "Normal", "Started", "VirtualMachineInstance started.",
                            "virt-handler")
-            self._start_guest(n or vmi, pod)
+            if not self.real_guests:
+                self._start_guest(n or vmi, pod)
             return
         if phase == "Running":
             gs = self.guest_state.get(uid)
@@ -760,6 +800,24 @@ class Controllers:
                 self._vmi_status(vmi, "Failed", drop_conditions=("Ready",))
                 self.api.event(vmi, "Warning", "Stopped", "The VirtualMachineInstance crashed.",
                                "virt-handler")
+            elif gs == "succeeded":
+                self._vmi_status(vmi, "Succeeded", drop_conditions=("Ready", "AgentConnected"))
+                self.api.event(vmi, "Normal", "Stopped", "The VirtualMachineInstance was shut "
+                               "down.", "virt-handler")
+            elif gs == "running" and uid in self.agent_info and \
+                    (get_condition(vmi, "AgentConnected") or {}).get("status") != "True":
+                info = self.agent_info[uid] or {}
+                os_info = {k: v for k, v in (
+                    ("id", info.get("id")), ("name", info.get("name")),
+                    ("prettyName", info.get("pretty-name")), ("version", info.get("version")),
+                    ("versionId", info.get("version-id")),
+                    ("kernelRelease", info.get("kernel-release")),
+                    ("kernelVersion", info.get("kernel-version")),
+                    ("machine", info.get("machine"))) if v}
+                ifs = [dict(i, infoSource="domain, guest-agent")
+                       for i in dig(vmi, "status", "interfaces") or []]
+                self._vmi_status(vmi, conditions=[_cond("AgentConnected", "True")],
+                                 guestOSInfo=os_info, interfaces=ifs)
 
     def _create_launcher(self, vmi):
         md = vmi["metadata"]
@@ -798,7 +856,9 @@ class Controllers:
                        "command": ["/usr/bin/virt-launcher-monitor", "--qemu-timeout", "240s",
                                    "--name", name, "--uid", md["uid"], "--namespace",
                                    md.get("namespace")],
-                       "resources": {"requests": {"memory": str(mem + LAUNCHER_OVERHEAD),
+                       "resources": {"requests": {"memory": str(mem + getattr(
+                                                      self.sim, "launcher_overhead",
+                                                      LAUNCHER_OVERHEAD)),
                                                   "cpu": "100m",
                                                   "devices.kubevirt.io/kvm": "1"},
                                      "limits": {"devices.kubevirt.io/kvm": "1"}}}]
@@ -908,29 +968,40 @@ class Controllers:
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log)
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
+        if getattr(cls, "kind", "") == "qemu":
+            # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
+            kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
+                      image_dir=getattr(self.sim.args, "guest_image_dir", None))
         self.guest_state[uid] = "starting"
         key = uid
 
         def go():
+            g = None
             try:
                 g = cls(**kw)
                 self.guests[uid] = g
                 g.start()
+                stop = False
                 with self.store.lock:
                     if self.guest_state.get(uid) == "starting":
                         self.guest_state[uid] = "running"
                     elif self.guest_state.get(uid) in ("stopping", "stopped"):
-                        g.stop()
+                        stop = True
+                if stop:
+                    g.stop()
             except Exception as e:  # noqa: BLE001
                 self.sim.log(f"guest {md.get('namespace')}/{md['name']} failed to start: {e}")
                 with self.store.lock:
                     self.guest_state[uid] = "failed"
+                    self.guest_errors[uid] = str(e)
+                if g is not None and getattr(g, "kind", "") == "qemu":
+                    g.stop(timeout=0)   # overlay, seed, sockets
             self.wake.set()
         self.workers.submit(key, go)
 
     def _stop_guest(self, uid):
         gs = self.guest_state.get(uid)
-        if gs in (None, "stopped", "failed"):
+        if gs in (None, "stopped", "failed", "succeeded"):
             if gs is None:
                 self.ips.pop(uid, None)
             return
@@ -950,13 +1021,46 @@ class Controllers:
         self.workers.submit(uid, go)
 
     def check_guests(self):
-        """Mark guests that died on their own (called periodically, off the store lock)."""
+        """Mark guests that died on their own (called periodically, off the store lock).
+        A real guest that powered itself off (QEMU exit 0) succeeded, anything
+        else failed; its overlay goes at once (an ephemeral disk dies with QEMU)."""
         for uid, g in list(self.guests.items()):
             if self.guest_state.get(uid) == "running" and not g.alive():
+                real = getattr(g, "kind", "") == "qemu"
+                state = "failed"
+                if real:
+                    code = g.exit_code()
+                    state = "succeeded" if code == 0 and not g.error else "failed"
+                    why = g.error or f"qemu exited with {code}"
+                with self.store.lock:
+                    if self.guest_state.get(uid) != "running":
+                        continue
+                    self.guest_state[uid] = state
+                    self.ips.pop(uid, None)
+                    if real:
+                        self.guest_errors[uid] = why
+                if real:
+                    self.sim.log(f"guest {g.name}: {why} ({state})")
+                    self.workers.submit(uid, g.stop)
+                self.wake.set()
+
+    def _agent_probe_loop(self):
+        """KubeVirt's AgentConnected: poll each running real guest's QEMU guest
+        agent until it answers (off the store lock; a probe may take a second)."""
+        while not self.stopping:
+            time.sleep(1.0)
+            for uid, g in list(self.guests.items()):
+                if self.guest_state.get(uid) != "running" or uid in self.agent_info:
+                    continue
+                try:
+                    if not g.agent_connected(timeout=1.0):
+                        continue
+                    info = g.osinfo()
+                except Exception:  # noqa: BLE001 - not up yet, or going away
+                    continue
                 with self.store.lock:
                     if self.guest_state.get(uid) == "running":
-                        self.guest_state[uid] = "failed"
-                        self.ips.pop(uid, None)
+                        self.agent_info[uid] = info or {}
                 self.wake.set()
 
     def stop_all(self):
@@ -965,35 +1069,47 @@ class Controllers:
         gs = list(self.guests.values())
         threads = []
         for g in gs:
-            t = threading.Thread(target=g.stop, daemon=True)
+            # a real guest gets 3 s to power off, then QEMU is killed: all done
+            # well within the 8 s a stack gives the simulator after SIGTERM
+            fn = (lambda g=g: g.stop(timeout=3)) if getattr(g, "kind", "") == "qemu" else g.stop
+            t = threading.Thread(target=fn, daemon=True)
             t.start()
             threads.append(t)
-        deadline = time.monotonic() + 4
+        deadline = time.monotonic() + (6 if self.real_guests else 4)
         for t in threads:
             t.join(max(0.01, deadline - time.monotonic()))
 
     # ------------------------------------------------------------ pods
     def _node_free(self):
+        """(nodes, {node: memory bytes free}, {node: kvm devices free})."""
         nodes = {n["metadata"]["name"]: n for n in self.store.list("nodes")}
         used = {n: 0 for n in nodes}
+        used_kvm = {n: 0 for n in nodes}
         for p in self.store.list("pods"):
             nn = dig(p, "spec", "nodeName")
             if nn in used and dig(p, "status", "phase") not in ("Succeeded", "Failed"):
                 used[nn] += pod_mem(p)
-        free = {}
+                used_kvm[nn] += pod_request(p, KVM_DEVICE)
+        free, free_kvm = {}, {}
         for n, node in nodes.items():
             try:
                 alloc = int(parse_quantity(dig(node, "status", "allocatable", "memory") or "0"))
             except ValueError:
                 alloc = 0
+            try:
+                kvm = int(parse_quantity(dig(node, "status", "allocatable", KVM_DEVICE) or "0"))
+            except ValueError:
+                kvm = 0
             free[n] = alloc - used[n]
-        return nodes, free
+            free_kvm[n] = kvm - used_kvm[n]
+        return nodes, free, free_kvm
 
     def _schedule(self, pod):
         if self._free is None:
             self._free = self._node_free()
-        nodes, free = self._free
+        nodes, free, free_kvm = self._free
         need = pod_mem(pod)
+        need_kvm = pod_request(pod, KVM_DEVICE)
         sel = dig(pod, "spec", "nodeSelector") or {}
         ns = pod["metadata"].get("namespace")
         unbound = []
@@ -1023,6 +1139,10 @@ class Controllers:
             if free[n] < need:
                 reasons["Insufficient memory"] = reasons.get("Insufficient memory", 0) + 1
                 continue
+            if free_kvm[n] < need_kvm:
+                r = f"Insufficient {KVM_DEVICE}"
+                reasons[r] = reasons.get(r, 0) + 1
+                continue
             fits.append(n)
         if not fits:
             parts = ", ".join(f"{c} {r}" for r, c in sorted(reasons.items()))
@@ -1030,6 +1150,7 @@ class Controllers:
                           f"are available: {total} No preemption victims found for incoming pod.")
         fits.sort(key=lambda n: (-free[n], n))
         free[fits[0]] -= need
+        free_kvm[fits[0]] -= need_kvm
         return fits[0], None
 
     def _pod_status(self, pod, **kw):

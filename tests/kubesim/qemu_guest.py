@@ -43,7 +43,7 @@ extras:
     g.rss(), g.pss()     # bytes of the QEMU process
     extras: g.started_at, g.first_serial_at (monotonic), g.error (why QEMU
     was killed), g.exit_code(), g.serial_log(), g.agent_connected(),
-    g.qmp(cmd), console(replay=True)
+    g.osinfo(), g.qmp(cmd), console(replay=True)
 
 boot_delay is ignored (a real guest takes its own time) and so is env: the
 process guests' LABVM_AGENT_LISTEN=<ip>:8899 must not reach a real guest,
@@ -667,6 +667,10 @@ class QemuGuest:
             return True
         except GuestError:
             return False
+
+    def osinfo(self, timeout=2.0):
+        """The guest agent's guest-get-osinfo (what KubeVirt shows as guestOSInfo)."""
+        return self._qga("guest-get-osinfo", timeout=timeout)
 
     def exec(self, cmd, timeout=30.0, stdin=None):
         """Run `sh -c cmd` (or an argv list) in the guest as root through the

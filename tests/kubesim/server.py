@@ -66,6 +66,11 @@ class Sim:
         self.tokens = {}
         self.guest_class = driver_class(args.guest)
         self.guest_net = self._guest_net(args.guest_net, args.port)
+        # what a node reserves per VMI beyond its memory (KubeVirt's launcher
+        # overhead) and how many VMIs a node takes (virt-handler's kvm device
+        # count): QEMU guests are real, so their node is this machine
+        self.launcher_overhead = args.launcher_overhead
+        self.guest_slots = args.max_guests
         self.consoles = {}        # (ns, name) -> WsSession
         self.console_lock = threading.Lock()
         self.requests = 0
@@ -115,6 +120,7 @@ class Sim:
             self.api.create(admin, BY_PLURAL["serviceaccounts"], ns,
                             {"metadata": {"name": "default", "namespace": ns}})
         mem = self.args.node_memory
+        kvm = str(self.guest_slots) if self.guest_slots else "1k"
         for i in range(1, self.args.nodes + 1):
             name = f"node-{i}"
             ip = f"127.{self.guest_net[1]}.255.{i}"
@@ -125,10 +131,10 @@ class Sim:
                         "node-role.kubernetes.io/worker": ""}},
                     "spec": {"podCIDR": f"10.244.{i}.0/24"},
                     "status": {"capacity": {"cpu": str(self.args.node_cpus), "memory": mem,
-                                            "pods": "110", "devices.kubevirt.io/kvm": "1k",
+                                            "pods": "110", "devices.kubevirt.io/kvm": kvm,
                                             "ephemeral-storage": "100Gi"},
                                "allocatable": {"cpu": str(self.args.node_cpus), "memory": mem,
-                                               "pods": "110", "devices.kubevirt.io/kvm": "1k",
+                                               "pods": "110", "devices.kubevirt.io/kvm": kvm,
                                                "ephemeral-storage": "100Gi"},
                                "conditions": [{"type": "Ready", "status": "True",
                                                "reason": "KubeletReady",
@@ -1018,7 +1024,8 @@ class Handler(BaseHTTPRequestHandler):
             if g is not None and sim.controllers.guest_state.get(uid) == "running":
                 guest = g
                 break
-            if sim.controllers.guest_state.get(uid) in ("failed", "stopped", "stopping"):
+            if sim.controllers.guest_state.get(uid) in ("failed", "stopped", "stopping",
+                                                       "succeeded"):
                 break
             time.sleep(0.02)
         if guest is None:
@@ -1153,7 +1160,10 @@ def guest_info(sim, rss=False):
         key = sim.store.by_uid.get(uid)
         d = {"uid": uid, "state": state, "ip": c.ips.get(uid),
              "vmi": f"{key[1]}/{key[2]}" if key else None,
-             "workdir": getattr(g, "workdir", None)}
+             "workdir": getattr(g, "workdir", None), "kind": getattr(g, "kind", None)}
+        if getattr(g, "kind", None) == "qemu":
+            d.update(pid=g.pid, overlay=g.overlay_path, accel=g.accel,
+                     memory_mib=g.memory_mib, cpus=g.cpus, error=g.error)
         if rss and g is not None:
             try:
                 d["rss_bytes"] = g.rss()
@@ -1261,9 +1271,18 @@ def parse_args(argv):
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
     ap.add_argument("--seed", action="append", default=[])
-    ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--node-memory", default="32Gi")
-    ap.add_argument("--node-cpus", type=int, default=16)
+    ap.add_argument("--nodes", type=int, default=None,
+                    help="default 4; 1 with --guest qemu (the node is this machine)")
+    ap.add_argument("--node-memory", default=None,
+                    help="default 32Gi; with --guest qemu this machine's memory less 1 GiB")
+    ap.add_argument("--node-cpus", type=int, default=None,
+                    help="default 16; with --guest qemu this machine's CPUs")
+    ap.add_argument("--max-guests", type=int, default=None,
+                    help="VMIs a node runs at once (its devices.kubevirt.io/kvm); default "
+                         "1000, with --guest qemu under TCG the node's CPUs")
+    ap.add_argument("--guest-image-dir", default=None,
+                    help="--guest qemu: the image folder (default .cache/guest-image, "
+                         "built at start when missing or stale)")
     ap.add_argument("--watch-history", type=int, default=5000,
                     help="events kept for watches; older resourceVersions get 410 Expired")
     ap.add_argument("--admission", action="append", default=[],
@@ -1277,9 +1296,50 @@ def parse_args(argv):
         a.rbac = None
     if a.time_scale <= 0:
         ap.error("--time-scale must be > 0")
+    if a.guest == "qemu":
+        import qemu_guest
+        cap = qemu_guest.node_capacity()
+        a.accel = qemu_guest.accelerator()
+        defaults = {"nodes": 1, "node_memory": f"{cap['memory_mib']}Mi", "node_cpus": cap["cpus"],
+                    "max_guests": cap["cpus"] if a.accel == "tcg" else 0}
+        a.launcher_overhead = qemu_guest.host_overhead_mib(accel=a.accel) * 2**20
+    else:
+        a.accel = None
+        defaults = {"nodes": 4, "node_memory": "32Gi", "node_cpus": 16, "max_guests": 0}
+        a.launcher_overhead = 200 * 2**20
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     if a.nodes < 1:
         ap.error("--nodes must be >= 1")
+    if a.max_guests < 0:
+        ap.error("--max-guests must be >= 0 (0: no limit but memory)")
     return a
+
+
+def prepare_qemu(args):
+    """--guest qemu: the tools and the guest image (built now when missing or
+    stale: about 80 s the first time, nothing when current)."""
+    import shutil
+    import qemu_guest
+    missing = [t for t in ("qemu-system-x86_64", "qemu-img", "cloud-localds")
+               if not shutil.which(t)]
+    if missing:
+        raise SystemExit(f"kubesim: --guest qemu needs {', '.join(missing)} (Debian packages "
+                         "qemu-system-x86 qemu-utils cloud-image-utils; tests/deps installs them)")
+    d = args.guest_image_dir or qemu_guest.DEFAULT_IMAGE_DIR
+    t0 = time.monotonic()
+    print(f"kubesim: guest image {d}: building when needed", file=sys.stderr, flush=True)
+    try:
+        qemu_guest.build_image(d, log=sys.stderr)
+    except qemu_guest.GuestError as e:
+        raise SystemExit(f"kubesim: {e}") from None
+    if not qemu_guest.image_ready(d):
+        raise SystemExit(f"kubesim: no guest image in {d} after the build")
+    args.guest_image_dir = d
+    print(f"kubesim: guest image ready after {time.monotonic() - t0:.1f} s; QEMU guests use "
+          f"{args.accel.upper()}, at most {args.max_guests or 'any number of'} at once per node, "
+          f"{args.launcher_overhead >> 20} MiB host overhead each", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -1294,6 +1354,8 @@ def main(argv=None):
     import shutil
     shutil.rmtree(os.path.join(sd, "guests"), ignore_errors=True)
     os.makedirs(os.path.join(sd, "guests"), exist_ok=True)
+    if args.guest == "qemu":
+        prepare_qemu(args)
     from tls import make_certs
     sim = Sim(args)
     sim.ca_crt, crt, key = make_certs(sd, args.host)

@@ -325,8 +325,33 @@ def nodes_served():
     t.eq([n["metadata"]["name"] for n in r.json["items"]], ["node-1", "node-2", "node-3"], "nodes")
     n = A.get("/api/v1/nodes/node-2").json
     t.eq(n["status"]["capacity"]["memory"], "8Gi", "node memory")
+    t.eq(n["status"]["allocatable"]["devices.kubevirt.io/kvm"], "1k", "VMIs per node (default)")
     t.eq(A.get(EVENTS).status, 200, "events listable")
     t.eq(A.get(f"/api/v1/namespaces/{NS}").json["status"]["phase"], "Active", "namespace")
+
+
+@t.test
+def guests_per_node_are_bounded():
+    """--max-guests N: the node's devices.kubevirt.io/kvm (virt-handler's device
+    count; what bounds real QEMU guests on a small machine)."""
+    with Sim("--nodes", "1", "--max-guests", "2", guest="none") as s2:
+        a = s2.admin
+        node = a.get("/api/v1/nodes/node-1").json
+        t.eq(node["status"]["allocatable"]["devices.kubevirt.io/kvm"], "2", "node allocatable")
+        for i in range(3):
+            a.post(VMS, vm(f"slot-{i}", disk="container"))
+            if i < 2:
+                wait_running(s2, f"slot-{i}")
+        wait_for(lambda: a.get(VMS + "/slot-2").json.get("status", {}).get("printableStatus") ==
+                 "ErrorUnschedulable", 5, what="third unschedulable")
+        pod = a.get(PODS + "?labelSelector=vm.kubevirt.io%2Fname%3Dslot-2").json["items"][0]
+        c = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"][0]
+        t.eq((c["status"], c["reason"]), ("False", "Unschedulable"), "Unschedulable")
+        t.ok("1 Insufficient devices.kubevirt.io/kvm" in c["message"], "message", c["message"])
+        t.eq(phase(s2, "slot-2"), "Scheduling", "its VMI waits")
+        a.delete(VMS + "/slot-0")
+        wait_running(s2, "slot-2", 10)
+        t.ok(True, "runs once a slot is free")
 
 
 sim.stop()
