@@ -1,0 +1,548 @@
+#!/usr/bin/python3
+# timeout: 1200
+"""labvm on real QEMU guests, through its own API (issue 9).
+
+Starts its own stack with the simulator's `--guest qemu` (tests/lib/labstack.py;
+state in $LABVM_STATE/../.check-qemu, ports from 18600, guests on
+127.77.0.0/16, environment check-qemu), so it runs next to the shared
+process-guest stack, and stops it at the end whatever happens.
+
+Two students start the golden lesson at about the same time: two QEMU guests
+(TCG here), each a qcow2 overlay on the read-only base image, with the
+user-data of labvm's Secret as a NoCloud seed. Checks: both sessions reach
+`ready` through the real cloud-init and labvm's agent (disk source golden,
+stages in order, submitted_at < running_at <= ready_at); a third start does
+not fit the node (Unschedulable: Insufficient devices.kubevirt.io/kvm);
+labvm-console gives a root shell without a password; grading runs in the
+guest (the hello step fails, then passes after writing /root/hello.txt through
+the console); writes stay in their own VM, and the base image is unchanged;
+a guest that powers itself off ends its QEMU (VMI Succeeded, overlay gone) and
+KubeVirt's runStrategy Always boots a new one; ending a session stops QEMU and
+removes its overlay.
+"""
+import asyncio
+import atexit
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SRC = os.environ.get("LABVM_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
+import labstack  # noqa: E402
+from labclient import Api, Kube  # noqa: E402
+from tap import T  # noqa: E402
+
+t = T()
+LESSON = "debian-golden"
+USERS = ["student1", "student2"]
+THIRD = "student3"
+ORDER = ["submitted", "scheduling", "booting", "setting_up", "ready"]
+PROTO = "labvm-console.v1"
+PROMPT = re.compile(rb"root@[^\r\n]*# (\x1b\[[0-9;?]*[a-zA-Z])*$")
+IMG = os.environ.get("LABVM_GUEST_IMAGE_DIR") or os.path.join(SRC, ".cache", "guest-image")
+READY_TIMEOUT = 420       # two TCG guests on 2 loaded cores: 1-3 min each
+
+skip = None
+if os.geteuid() != 0:
+    skip = "needs root"
+elif not shutil.which("qemu-system-x86_64") or not shutil.which("qemu-img"):
+    skip = "qemu-system-x86 / qemu-utils not installed (tests/deps)"
+else:
+    import importlib.util
+    if importlib.util.find_spec("websockets") is None:
+        skip = "python3-websockets not installed"
+
+S = {}        # shared between the tests
+stack = None
+
+
+def state_dir():
+    base = os.environ.get("LABVM_STATE")
+    if base:
+        return os.path.join(os.path.dirname(os.path.abspath(base)), ".check-qemu")
+    return tempfile.mkdtemp(prefix="lv-qemu-t910-")
+
+
+def free_port_base():
+    """18600 (LABVM_QEMU_PORT_BASE), or the next base whose five ports are all
+    free (another check may be running)."""
+    first = int(os.environ.get("LABVM_QEMU_PORT_BASE", 18600))
+    for k in range(10):
+        b = first + 10 * k
+        if all(labstack.port_free(p) for p in labstack.ports_for(b).values()):
+            return b
+    return first
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for blk in iter(lambda: f.read(1 << 22), b""):
+            h.update(blk)
+    return h.hexdigest()
+
+
+def qemu_alive(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"qemu-system" in f.read()
+    except OSError:
+        return False
+
+
+def wait_until(fn, timeout, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(interval)
+
+
+def guests():
+    """The simulator's guests: {vmi name: info} (pid, overlay, state, ...)."""
+    r = S["kube"].request("GET", "/_sim/guests?rss=1")
+    if r.status != 200:
+        raise AssertionError(f"/_sim/guests: {r}")
+    return {g["vmi"].split("/", 1)[1]: g for g in r.json["guests"] if g.get("vmi")}
+
+
+def secs(s, a, b):
+    """Seconds between two of a session's timestamps."""
+    from datetime import datetime
+    f = "%Y-%m-%dT%H:%M:%S.%fZ"
+    return (datetime.strptime(s[b], f) - datetime.strptime(s[a], f)).total_seconds()
+
+
+def api_for(user):
+    return Api(user, base=S["env"]["LABVM_URL"], timeout=60)
+
+
+# ------------------------------------------------------------------ console
+class Console:
+    """A browser-side console connection through the front end and labvm-console."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.out = bytearray()
+        self.code = None
+
+    @classmethod
+    async def open(cls, user, url):
+        import websockets
+        front = S["env"]["LABVM_URL"].replace("http://", "ws://")
+        cred = base64.b64encode(f"{user}:{labstack.PASSWORD}".encode()).decode()
+        ws = await websockets.connect(front + url, subprotocols=[PROTO],
+                                      extra_headers={"Authorization": "Basic " + cred},
+                                      open_timeout=15, ping_interval=None, max_size=None,
+                                      close_timeout=2)
+        return cls(ws)
+
+    async def until(self, pred, timeout):
+        import websockets
+        end = time.monotonic() + timeout
+        while not pred(self):
+            left = end - time.monotonic()
+            if left <= 0 or self.code is not None:
+                return False
+            try:
+                m = await asyncio.wait_for(self.ws.recv(), left)
+            except asyncio.TimeoutError:
+                return pred(self)
+            except websockets.ConnectionClosed as e:
+                self.code = e.rcvd.code if e.rcvd else 1006
+                return pred(self)
+            if isinstance(m, bytes):
+                self.out += m
+        return True
+
+    async def prompt(self, timeout):
+        """A fresh root prompt: Enter until one comes (nothing is replayed on connect)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            n = len(self.out)
+            await self.ws.send(b"\r")
+            if await self.until(lambda c: PROMPT.search(bytes(c.out[n:][-96:])) is not None,
+                                min(5, max(0.1, end - time.monotonic()))):
+                return True
+            if self.code is not None:
+                return False
+        return False
+
+    async def run(self, cmd, timeout=30):
+        """Run cmd in the shell; returns its output (between two markers) or None."""
+        tag = f"m{os.getpid()}x{int(time.monotonic() * 1000) % 100000}"
+        n = len(self.out)
+        # the markers are printed by printf, so the echoed command line never matches them
+        await self.ws.send(f"printf '%s\\n' {tag}B; {cmd}; printf '%s\\n' {tag}E\r".encode())
+        # (the echoed line has "<tag>B;", the output "<tag>B\r\n")
+        pat = re.compile(rb"%sB\r\n(.*?)%sE\r\n" % (tag.encode(), tag.encode()), re.S)
+        ok = await self.until(lambda c: pat.search(bytes(c.out[n:])) is not None, timeout)
+        if not ok:
+            return None
+        out = pat.search(bytes(self.out[n:])).group(1)
+        return out.decode("utf-8", "replace").replace("\r\n", "\n").rstrip("\n")
+
+    async def close(self):
+        await self.ws.close()
+
+
+LOOP = asyncio.new_event_loop()
+
+
+def run(coro):
+    return LOOP.run_until_complete(coro)
+
+
+def ticket(user, sid):
+    r = api_for(user).ticket(sid)
+    if r.status != 200:
+        raise AssertionError(f"console-ticket: {r}")
+    return r.json["url"]
+
+
+def stack_down():
+    if stack is not None:
+        try:
+            stack.down()
+        except Exception as e:  # noqa: BLE001
+            print(f"# stack down: {e}", flush=True)
+
+
+def on_signal(signum, frame):
+    sys.exit(1)      # atexit stops the stack (tests/run's timeout sends SIGTERM)
+
+
+atexit.register(stack_down)
+signal.signal(signal.SIGTERM, on_signal)
+
+
+# -------------------------------------------------------------------- tests
+@t.test(skip=skip)
+def stack_with_qemu_guests_starts():
+    global stack
+    base = free_port_base()
+    sd = state_dir()
+    stack = labstack.Stack(sd, port_base=base, guest="qemu", frontend="lighttpd",
+                           environment="check-qemu", guest_net="127.77.0.0/16",
+                           extra_lessons=False)
+    if stack.running_any():      # left over by an interrupted run
+        stack.down()
+    t0 = time.monotonic()
+    S["env"] = stack.up()        # builds the guest image first when it is missing or stale
+    t.diag(f"stack up in {time.monotonic() - t0:.1f} s (port base {base}, state {sd})")
+    S["kube"] = Kube(url=S["env"]["LABVM_KUBE_URL"],
+                     token_file=S["env"]["LABVM_KUBE_ADMIN_TOKEN_FILE"],
+                     ca=S["env"]["LABVM_KUBE_CA"])
+    S["kube"].ns = "labs"
+    # the image: raw ext4 base, read-only; a second build is a no-op
+    build = os.path.join(SRC, "tests", "kubesim", "guest-image", "build")
+    t0 = time.monotonic()
+    r = subprocess.run([build, "--check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    t.eq(r.returncode, 0, "the guest image is current", r.stdout)
+    t.ok(time.monotonic() - t0 < 10, "checking it is quick")
+    base = os.path.realpath(os.path.join(IMG, "base.img"))
+    t.eq(oct(os.stat(base).st_mode & 0o777), "0o444", "base.img is read-only")
+    S["base"] = base
+    S["base_sum"] = sha256(base)
+    node = S["kube"].request("GET", "/api/v1/nodes").json["items"]
+    t.eq(len(node), 1, "one node: this machine")
+    alloc = node[0]["status"]["allocatable"]
+    t.diag(f"node allocatable: {json.dumps(alloc)}")
+    S["slots"] = int(alloc["devices.kubevirt.io/kvm"])
+
+
+def need_stack():
+    t.require("kube" in S, "no stack")
+
+
+@t.test(skip=skip)
+def two_golden_sessions_become_ready_on_qemu():
+    need_stack()
+    sessions, seen, errors = {}, {}, []
+
+    def one(user):
+        try:
+            api = api_for(user)
+            api.end_current()
+            r = api.start(LESSON)
+            if r.status != 201:
+                raise AssertionError(f"{user}: POST /api/sessions: {r}")
+            s = r.json
+            stages = [s["stage"]]
+            deadline = time.monotonic() + READY_TIMEOUT
+            while s["state"] == "starting" and time.monotonic() < deadline:
+                time.sleep(0.5)
+                s = api.get(s["id"]).json
+                if s["stage"] != stages[-1]:
+                    stages.append(s["stage"])
+            sessions[user], seen[user] = s, stages
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{user}: {e}")
+    ths = [threading.Thread(target=one, args=(u,)) for u in USERS]
+    for th in ths:
+        th.start()
+        time.sleep(0.2)
+    for th in ths:
+        th.join()
+    t.require(not errors, "; ".join(errors))
+    for u in USERS:
+        s = sessions[u]
+        t.eq(s["state"], "ready", f"{u}: ready", s.get("error"))
+        t.eq(s["disk"], {"source": "golden", "fallback_reason": None}, f"{u}: golden disk")
+        st = seen[u]
+        t.ok(all(x in ORDER for x in st) and st == sorted(st, key=ORDER.index),
+             f"{u}: stages only move forward", st)
+        if s["state"] == "ready":
+            t.ok(s["submitted_at"] < s["running_at"] <= s["ready_at"],
+                 f"{u}: submitted_at < running_at <= ready_at", s)
+    t.require(all(sessions[u]["state"] == "ready" for u in USERS), "not all ready")
+    S["sessions"] = {u: sessions[u] for u in USERS}
+    S["vms"] = {u: sessions[u]["vms"][0]["name"] for u in USERS}
+    g = guests()
+    for u in USERS:
+        info = g.get(S["vms"][u]) or {}
+        t.eq((info.get("kind"), info.get("state")), ("qemu", "running"), f"{u}: a QEMU guest")
+        t.ok(info.get("pid") and qemu_alive(info["pid"]), f"{u}: its QEMU process runs", info)
+        t.ok(info.get("overlay") and os.path.exists(info["overlay"]), f"{u}: its overlay", info)
+        vmi = S["kube"].get("virtualmachineinstances", S["vms"][u]).json
+        conds = {c["type"]: c["status"] for c in vmi["status"].get("conditions", [])}
+        t.eq(conds.get("AgentConnected"), "True", f"{u}: the QEMU guest agent connected")
+        t.eq(vmi["status"].get("guestOSInfo", {}).get("id"), "debian", f"{u}: guest OS info")
+        t.diag(f"{u}: created -> running {secs(sessions[u], 'created_at', 'running_at'):.1f} s, "
+               f"-> ready {secs(sessions[u], 'created_at', 'ready_at'):.1f} s; QEMU "
+               f"{info.get('accel')}, {info.get('cpus')} vCPU, {info.get('memory_mib')} MiB, "
+               f"RSS {(info.get('rss_bytes') or 0) >> 20} MiB")
+    S["guests"] = {u: g[S["vms"][u]] for u in USERS}
+    # the overlay is a qcow2 on the read-only raw base (KubeVirt's ephemeral volume)
+    for u in USERS:
+        r = subprocess.run(["qemu-img", "info", "-U", "--output=json", S["guests"][u]["overlay"]],
+                           stdout=subprocess.PIPE, text=True)
+        info = json.loads(r.stdout or "{}")
+        t.eq((info.get("format"), os.path.realpath(info.get("backing-filename") or ""),
+              info.get("backing-filename-format")), ("qcow2", S["base"], "raw"),
+             f"{u}: overlay format and backing file")
+
+
+
+def need_sessions():
+    t.require("sessions" in S, "the sessions did not get ready")
+
+
+@t.test(skip=skip)
+def a_third_guest_does_not_fit_the_node():
+    need_sessions()
+    api = api_for(THIRD)
+    api.end_current()
+    r = api.start(LESSON)
+    t.require(r.status == 201, f"start: {r}")
+    s = r.json
+    vm = s["vms"][0]["name"]
+    try:
+        def unschedulable():
+            v = S["kube"].get("virtualmachines", vm)
+            return v.status == 200 and (v.json.get("status") or {}).get(
+                "printableStatus") == "ErrorUnschedulable"
+        t.ok(wait_until(unschedulable, 30), "VM ErrorUnschedulable (node full)",
+             S["kube"].get("virtualmachines", vm).json.get("status"))
+        pods = S["kube"].list("pods", f"vm.kubevirt.io/name={vm}")
+        cond = [c for p in pods for c in p["status"].get("conditions", [])
+                if c["type"] == "PodScheduled"]
+        t.ok(cond and cond[0]["status"] == "False" and cond[0].get("reason") == "Unschedulable"
+             and "Insufficient devices.kubevirt.io/kvm" in cond[0].get("message", ""),
+             "launcher pod Pending: Insufficient devices.kubevirt.io/kvm", cond)
+        cur = api.get(s["id"]).json
+        t.eq((cur["state"], cur["stage"]), ("starting", "scheduling"), "the session waits")
+        t.ok(vm not in guests(), "no QEMU for it")
+    finally:
+        api.end(s["id"])
+
+
+@t.test(skip=skip)
+def console_gives_a_root_shell_without_a_password():
+    need_sessions()
+    u = USERS[0]
+    sid = S["sessions"][u]["id"]
+
+    async def go():
+        c = await Console.open(u, ticket(u, sid))
+        c2 = None
+        try:
+            t.require(await c.prompt(60), f"root prompt: {bytes(c.out[-300:])!r}")
+            t.ok(b"assword" not in c.out and b"login:" not in c.out,
+                 "no login or password asked", bytes(c.out[-300:]))
+            out = await c.run("id -u; id -un; hostname")
+            t.eq((out or "").split(), ["0", "root", S["vms"][u]], "root, in its own VM")
+            out = await c.run("systemctl is-active serial-getty@ttyS0.service; "
+                              "cat /proc/$$/loginuid; echo; tty")
+            t.eq((out or "").split(), ["active", "0", "/dev/ttyS0"],
+                 "a login shell (agetty, login) on ttyS0", out)
+            # a second tab shares the console (labvm-console keeps one upstream)
+            c2 = await Console.open(u, ticket(u, sid))
+            out = await c2.run("echo tab''2")
+            t.eq(out, "tab2", "second tab runs a command")
+            t.ok(await c.until(lambda x: b"tab2\r\n" in x.out, 10), "the first tab sees it")
+        finally:
+            for x in (c2, c):
+                if x is not None:
+                    await x.close()
+    run(go())
+
+
+@t.test(skip=skip)
+def simulator_console_is_raw_serial_and_kicks():
+    """The console subresource itself (what labvm-console talks to): raw bytes of
+    ttyS0 in binary frames, plain.kubevirt.io; a new client kicks the old one."""
+    need_sessions()
+    import ssl
+    import websockets
+    vm = S["vms"][USERS[1]]
+    url = (S["env"]["LABVM_KUBE_URL"].replace("https://", "wss://") +
+           f"/apis/subresources.kubevirt.io/v1/namespaces/labs/virtualmachineinstances/{vm}/console")
+    ctx = ssl.create_default_context(cafile=S["env"]["LABVM_KUBE_CA"])
+    tok = open(S["env"]["LABVM_KUBE_ADMIN_TOKEN_FILE"]).read().strip()
+
+    async def go():
+        conns = []
+        try:
+            for _ in range(2):
+                ws = await websockets.connect(url, ssl=ctx, subprotocols=["plain.kubevirt.io"],
+                                              extra_headers={"Authorization": f"Bearer {tok}"},
+                                              open_timeout=15, ping_interval=None)
+                conns.append(Console(ws))
+                if len(conns) == 1:
+                    t.eq(ws.subprotocol, "plain.kubevirt.io", "subprotocol")
+                    t.ok(await conns[0].prompt(60), "root prompt on ttyS0",
+                         bytes(conns[0].out[-300:]))
+            t.ok(await conns[0].until(lambda x: x.code is not None, 15),
+                 "the first client is kicked by the second")
+            t.ok(await conns[1].prompt(30), "the second has the console")
+        finally:
+            for c in conns:
+                await c.close()
+    run(go())
+
+
+@t.test(skip=skip)
+def grading_runs_in_the_guest():
+    need_sessions()
+    u = USERS[0]
+    api = api_for(u)
+    sid = S["sessions"][u]["id"]
+    g = api.grade(sid)
+    t.require(g.status == 200, f"grade: {g}")
+    steps = {x["name"]: x["passed"] for x in g.json["steps"]}
+    t.eq(steps, {"README present": True, "hello.txt says hello": False}, "before the work")
+
+    async def go():
+        c = await Console.open(u, ticket(u, sid))
+        try:
+            t.require(await c.prompt(60), "prompt")
+            out = await c.run("echo hello > /root/hello.txt; sync; cat /root/hello.txt")
+            t.eq(out, "hello", "hello.txt written through the console")
+        finally:
+            await c.close()
+    run(go())
+    g = api.grade(sid).json
+    steps = {x["name"]: x["passed"] for x in g["steps"]}
+    t.eq(steps, {"README present": True, "hello.txt says hello": True}, "after the work")
+    t.eq((g["passed"], g["total"]), (2, 2), "all pass")
+    other = api_for(USERS[1]).grade(S["sessions"][USERS[1]]["id"]).json
+    t.eq({x["name"]: x["passed"] for x in other["steps"]}.get("hello.txt says hello"), False,
+         "the other student's VM still fails that step")
+
+
+@t.test(skip=skip)
+def writes_stay_in_their_vm():
+    need_sessions()
+    k = S["kube"]
+    a, b = (S["vms"][u] for u in USERS)
+    r = k.guest_exec(b, "echo vm2 > /root/only-in-vm2 && sync", 60)
+    t.eq(r["exit_code"], 0, "VM 2 wrote its file", r)
+    r = k.guest_exec(b, "test -e /root/hello.txt", 60)
+    t.eq(r["exit_code"], 1, "VM 2 does not see VM 1's /root/hello.txt", r)
+    r = k.guest_exec(a, "test -e /root/only-in-vm2", 60)
+    t.eq(r["exit_code"], 1, "VM 1 does not see VM 2's file", r)
+    # the simulator's exec goes through the QEMU guest agent
+    r = k.guest_exec(a, "echo out; echo err >&2; exit 3", 60)
+    t.eq((r["exit_code"], r["stdout"], r["stderr"]), (3, "out\n", "err\n"),
+         "exec: exit code, stdout, stderr")
+    r = k.guest_exec(a, "sleep 5", 1)
+    t.eq(r["exit_code"], 124, "exec past its timeout")
+    t.eq(sha256(S["base"]), S["base_sum"], "the base image is unchanged")
+    for u in USERS:
+        t.ok(os.path.getsize(S["guests"][u]["overlay"]) > 1 << 20,
+             f"{u}: the writes went to its overlay")
+
+
+@t.test(skip=skip)
+def a_guest_powering_off_ends_its_qemu():
+    need_sessions()
+    u = USERS[1]
+    vm = S["vms"][u]
+    k = S["kube"]
+    old = S["guests"][u]
+    old_uid = k.get("virtualmachineinstances", vm).json["metadata"]["uid"]
+    k.guest_exec(vm, "systemctl --no-block poweroff", 30)
+    t.ok(wait_until(lambda: not qemu_alive(old["pid"]), 90), "QEMU exits when the guest powers off")
+    t.ok(wait_until(lambda: not os.path.exists(old["overlay"]), 20), "its overlay is removed")
+    evs = k.request("GET", "/api/v1/namespaces/labs/events").json.get("items", [])
+    reasons = [(e.get("reason"), e.get("message")) for e in evs
+               if (e.get("involvedObject") or {}).get("uid") == old_uid]
+    t.ok(("Stopped", "The VirtualMachineInstance was shut down.") in reasons,
+         "VMI event: shut down (phase Succeeded)", reasons)
+
+    def new_guest():
+        g = guests().get(vm)
+        return g if g and g["uid"] != old_uid and g.get("pid") and qemu_alive(g["pid"]) else None
+    g = wait_until(new_guest, 60)
+    t.ok(g, "runStrategy Always: a new VMI boots a new QEMU")
+    S["rebooted"] = g
+
+
+@t.test(skip=skip)
+def ending_a_session_stops_qemu_and_removes_its_overlay():
+    need_sessions()
+    gone = {}
+    infos = dict(S["guests"])
+    if S.get("rebooted"):
+        infos[USERS[1]] = S["rebooted"]     # ended while booting
+    for u in USERS:
+        r = api_for(u).end(S["sessions"][u]["id"])
+        t.ok(r.status in (200, 204), f"{u}: DELETE", r)
+    for u in USERS:
+        info = infos[u]
+        t0 = time.monotonic()
+        ok = wait_until(lambda: not qemu_alive(info["pid"]) and not os.path.exists(info["overlay"]),
+                        60)
+        gone[u] = time.monotonic() - t0
+        t.ok(ok, f"{u}: QEMU stopped and overlay removed", info)
+        t.ok(not os.path.exists(os.path.join(info["workdir"], "cloudinit.iso")),
+             f"{u}: NoCloud seed removed")
+        t.ok(os.path.exists(os.path.join(info["workdir"], "qemu.log")), f"{u}: qemu.log kept")
+    t.diag("stopped after " + ", ".join(f"{u} {s:.1f} s" for u, s in gone.items()))
+    t.ok(wait_until(lambda: not guests(), 30), "the simulator has no guest left", guests())
+    t.eq(sha256(S["base"]), S["base_sum"], "the base image is unchanged")
+
+
+@t.test(skip=skip)
+def the_stack_stops_and_no_qemu_is_left():
+    pids = [g.get("pid") for g in S.get("guests", {}).values()]
+    if S.get("rebooted"):
+        pids.append(S["rebooted"].get("pid"))
+    stack_down()
+    t.ok(not any(p and qemu_alive(p) for p in pids), "no QEMU left")
+
+
+t.done()
