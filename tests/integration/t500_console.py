@@ -512,34 +512,96 @@ def free_port():
         return s.getsockname()[1]
 
 
+def backend_token_file():
+    if ENV.get("LABVM_KUBE_BACKEND_TOKEN_FILE"):
+        return ENV["LABVM_KUBE_BACKEND_TOKEN_FILE"]
+    with open(ENV["LABVM_CONF"]) as f:
+        for line in f:
+            k, _, v = line.partition("=")
+            if k.strip() == "kube_token_file":
+                return v.strip()
+    raise KeyError("kube_token_file")
+
+
+class PrivateBridge:
+    """A second labvm-console on its own port, same labvm.conf but for overrides."""
+
+    def __init__(self, name, **overrides):
+        self.port = free_port()
+        keys = dict(overrides, console_listen=f"127.0.0.1:{self.port}")
+        self.conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
+        with open(ENV["LABVM_CONF"]) as f:
+            for line in f:
+                if line.split("=")[0].strip() not in keys:
+                    self.conf.write(line)
+        for k, v in keys.items():
+            self.conf.write(f"{k} = {v}\n")
+        self.conf.close()
+        exe = os.path.join(ENV.get("LABVM_BIN", "build/bin"), "labvm-console")
+        self.log = open(os.path.join(ENV.get("LABVM_STATE", "/tmp"), "logs", f"t500-{name}.log"),
+                        "ab")
+        self.p = subprocess.Popen([exe], env=dict(ENV, LABVM_CONF=self.conf.name),
+                                  stdout=self.log, stderr=subprocess.STDOUT)
+        self.base = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                break
+            except OSError:
+                t.require(time.monotonic() < deadline and self.p.poll() is None,
+                          f"private bridge {name} up")
+                time.sleep(0.05)
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        self.log.close()
+        os.unlink(self.conf.name)
+
+
+@t.test
+def rotated_token_file_is_read_again():
+    """kube_token_file is re-read when it changes (service-account tokens
+    rotate): a bad token fails with the API server's 401, the good one written
+    over it works, without a restart."""
+    need_lab()
+    tok = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+    tok.write("not-a-valid-token\n")
+    tok.close()
+    br = PrivateBridge("token", kube_token_file=tok.name)
+    try:
+        async def go():
+            a = await Console.open(ticket(lab["id"])["url"], base=br.base)
+            code, reason = await a.closed(10)
+            t.eq(code, 4502, "bad token: upstream console failed")
+            t.ok("401" in (reason or ""), "reason names the 401", reason)
+            with open(backend_token_file()) as f:
+                good = f.read()
+            with open(tok.name + ".new", "w") as f:
+                f.write(good)
+            os.replace(tok.name + ".new", tok.name)
+            b = await Console.open(ticket(lab["id"])["url"], base=br.base)
+            t.ok(await b.until(lambda c: "open" in c.states(), 10), "new token: open", b.ctl)
+            await b.send(b"echo rota''ted\r")
+            t.ok(await b.expect(b"rotated\r\n"), "relays with the new token")
+            await b.close()
+        run(go())
+    finally:
+        br.close()
+        os.unlink(tok.name)
+
+
 @t.test
 def upstream_taken_over_closes_browser_and_sigterm_closes_cleanly():
     """A second bridge (as another KubeVirt console client would) kicks the
     first one's upstream: the browser on the first bridge is closed with 4502.
     Then SIGTERM on the second bridge closes its console with 1001 and exits 0."""
     need_lab()
-    port = free_port()
-    conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
-    with open(ENV["LABVM_CONF"]) as f:
-        for line in f:
-            if not line.split("=")[0].strip() in ("console_listen",):
-                conf.write(line)
-    conf.write(f"console_listen = 127.0.0.1:{port}\n")
-    conf.close()
-    exe = os.path.join(ENV.get("LABVM_BIN", "build/bin"), "labvm-console")
-    logf = open(os.path.join(ENV.get("LABVM_STATE", "/tmp"), "logs", "t500-console-2.log"), "ab")
-    p = subprocess.Popen([exe], env=dict(ENV, LABVM_CONF=conf.name), stdout=logf,
-                         stderr=subprocess.STDOUT)
+    br = PrivateBridge("sigterm")
+    p, port = br.p, br.port
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                t.require(time.monotonic() < deadline and p.poll() is None, "bridge 2 up")
-                time.sleep(0.05)
-
         async def go():
             a = await Console.open(ticket(lab["id"])["url"])
             t.require(await a.prompt(15), "console on bridge 1")
@@ -559,11 +621,7 @@ def upstream_taken_over_closes_browser_and_sigterm_closes_cleanly():
         run(go())
         t.eq(p.wait(10), 0, "bridge 2 exit status")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        logf.close()
-        os.unlink(conf.name)
+        br.close()
 
 
 # -------------------------------------------------------------- session end
