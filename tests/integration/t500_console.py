@@ -18,11 +18,13 @@ upstream alive.
 """
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -559,6 +561,99 @@ class PrivateBridge:
             self.p.wait()
         self.log.close()
         os.unlink(self.conf.name)
+
+
+def make_cert(d):
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl CLI)."""
+    def sh(*a):
+        subprocess.run(a, check=True, capture_output=True)
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key",
+       "-out", f"{d}/ca.crt", "-days", "1", "-subj", "/CN=t500-ca")
+    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/srv.key",
+       "-out", f"{d}/srv.csr", "-subj", "/CN=127.0.0.1")
+    with open(f"{d}/ext.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    sh("openssl", "x509", "-req", "-in", f"{d}/srv.csr", "-CA", f"{d}/ca.crt", "-CAkey",
+       f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/srv.crt", "-days", "1", "-extfile",
+       f"{d}/ext.cnf")
+    return f"{d}/ca.crt", f"{d}/srv.crt", f"{d}/srv.key"
+
+
+async def ws_frame(reader):
+    """(opcode, payload) of one WebSocket frame, or (None, None) at EOF."""
+    try:
+        h = await reader.readexactly(2)
+        n = h[1] & 127
+        if n == 126:
+            n = int.from_bytes(await reader.readexactly(2), "big")
+        elif n == 127:
+            n = int.from_bytes(await reader.readexactly(8), "big")
+        key = await reader.readexactly(4) if h[1] & 128 else None
+        d = await reader.readexactly(n)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None, None
+    if key:
+        d = bytes(b ^ key[i % 4] for i, b in enumerate(d))
+    return h[0] & 15, d
+
+
+@t.test
+def keepalive_pings_on_both_sides():
+    """With console_ping_s = 1, the bridge pings the browser and the upstream
+    (a minimal TLS console endpoint here, counting frames) about every second;
+    neither side has to ping itself. An idle console thus survives proxies that
+    drop silent connections, and KubeVirt's idle drop (kubevirt#6493)."""
+    need_lab()
+    d = tempfile.mkdtemp()
+    ca, crt, key = make_cert(d)
+    counts = {"upstream": 0, "browser": 0}
+
+    async def upstream(reader, writer):
+        req = await reader.readuntil(b"\r\n\r\n")
+        k = [ln.split(b":", 1)[1].strip() for ln in req.split(b"\r\n")
+             if ln.lower().startswith(b"sec-websocket-key:")][0]
+        acc = base64.b64encode(hashlib.sha1(k + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11")
+                               .digest())
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + acc +
+                     b"\r\nSec-WebSocket-Protocol: plain.kubevirt.io\r\n\r\n\x82\x02# ")
+        while True:
+            op, payload = await ws_frame(reader)
+            if op is None or op == 8:
+                break
+            if op == 9:
+                counts["upstream"] += 1
+                writer.write(bytes([0x8A, len(payload)]) + payload)
+        writer.close()
+
+    async def go():
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        srv = await asyncio.start_server(upstream, "127.0.0.1", 0, ssl=ctx)
+        port = srv.sockets[0].getsockname()[1]
+        br = PrivateBridge("ping", console_ping_s=1, kube_api=f"https://127.0.0.1:{port}",
+                           kube_ca_file=ca)
+        try:
+            c = await Console.open(ticket(lab["id"])["url"], base=br.base)
+            t.require(await c.until(lambda x: "open" in x.states(), 10), "open")
+            ws = c.ws
+            orig = ws.write_frame  # legacy websockets: count the pongs we answer with
+
+            async def counting(fin, opcode, data, *a, **kw):
+                if opcode == 0xA:
+                    counts["browser"] += 1
+                return await orig(fin, opcode, data, *a, **kw)
+            ws.write_frame = counting
+            await asyncio.sleep(4.5)
+            t.ok(counts["browser"] >= 2, "browser pinged", counts)
+            t.ok(counts["upstream"] >= 2, "upstream pinged", counts)
+            t.eq(c.code, None, "console still open")
+            await c.close()
+        finally:
+            br.close()
+            srv.close()
+            await asyncio.sleep(0.3)  # let the upstream handler see EOF
+    run(go())
 
 
 @t.test
