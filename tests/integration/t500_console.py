@@ -39,6 +39,7 @@ import websockets
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import labvm_ticket as lt  # noqa: E402
 from labclient import Kube  # noqa: E402
+from labtest import reset_world  # noqa: E402
 from tap import T  # noqa: E402
 
 t = T()
@@ -221,6 +222,7 @@ lab = {}
 
 @t.test
 def setup_lab_through_the_api():
+    reset_world(kube)  # earlier suites' labs, faults and sessions out of the way
     s = start_lab(USER)
     lab.update(id=s["id"], vm=s["vms"][0]["name"])
     b = ticket(s["id"])
