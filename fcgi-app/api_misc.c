@@ -27,6 +27,13 @@ enum hres api_lessons(struct req *r)
 		jx_add_str(e, "runtime", lesson_runtime_str(l->runtime));
 		jx_add_num(e, "minutes", l->minutes);
 		jx_add_str(e, "description", l->description);
+		if (l->title_ja || l->description_ja) {
+			cJSON *ja = jx_add_obj(jx_add_obj(e, "i18n"), "ja");
+			if (l->title_ja)
+				jx_add_str(ja, "title", l->title_ja);
+			if (l->description_ja)
+				jx_add_str(ja, "description", l->description_ja);
+		}
 		if (l->runtime == RUNTIME_VM)
 			jx_add_str(e, "disk", lesson_disk_str(l->disk));
 		jx_add_num(e, "grader_steps", (double)l->nsteps);

@@ -157,9 +157,15 @@
     return e;
   }
 
+  // a lesson's own text in the page's language, when the lesson has it
+  function lessonText(l, field) {
+    const tr = l.i18n && l.i18n[lang];
+    return (tr && tr[field]) || l[field];
+  }
+
   function lessonTitle(id) {
     const l = S.lessons.find((x) => x.id === id);
-    return l ? l.title : id;
+    return l ? lessonText(l, 'title') : id;
   }
 
   /* ---------------------------------------------------------- lessons */
@@ -206,8 +212,8 @@
       });
       b.addEventListener('click', () => start(l.id));
       ul.append(el('li', { class: 'lesson', 'data-lesson': l.id },
-        el('h3', { text: l.title }),
-        l.description ? el('p', { class: 'desc', text: l.description }) : null,
+        el('h3', { text: lessonText(l, 'title') }),
+        l.description ? el('p', { class: 'desc', text: lessonText(l, 'description') }) : null,
         el('p', { class: 'meta muted', text: meta.join(' · ') }),
         el('div', { class: 'actions' }, b)));
     }

@@ -68,6 +68,14 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 	return 0;
 }
 
+/* "i18n": {"ja": {"title", "description"}} */
+static const cJSON *kj_get_ja(const cJSON *o)
+{
+	const cJSON *i18n = cJSON_GetObjectItemCaseSensitive(o, "i18n");
+	const cJSON *ja = cJSON_GetObjectItemCaseSensitive(i18n, "ja");
+	return cJSON_IsObject(ja) ? ja : NULL;
+}
+
 static int match(const char *re, const char *s)
 {
 	regex_t r;
@@ -95,6 +103,10 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	    get_str(o, "description", 0, &l->description, err, errlen) < 0 ||
 	    get_int(o, "minutes", 60, 1, 24 * 60, &l->minutes, err, errlen) < 0 ||
 	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0)
+		goto fail;
+	const cJSON *ja = kj_get_ja(o);
+	if (ja && (get_str(ja, "title", 0, &l->title_ja, err, errlen) < 0 ||
+		   get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0))
 		goto fail;
 	if (!*l->id || !util_label_value_ok(l->id)) {
 		snprintf(err, errlen, "\"id\" must be a label value ([A-Za-z0-9._-], at most 63)");
@@ -281,6 +293,8 @@ void lesson_free(struct lesson *l)
 	free(l->id);
 	free(l->title);
 	free(l->description);
+	free(l->title_ja);
+	free(l->description_ja);
 	free(l->image);
 	free(l->golden_pvc);
 	free(l->disk_size);

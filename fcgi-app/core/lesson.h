@@ -24,6 +24,8 @@ struct lesson {
 	char *id;
 	char *title;
 	char *description;
+	char *title_ja;         /* optional translations ("i18n": {"ja": {...}}) */
+	char *description_ja;
 	enum lesson_runtime runtime;
 	int minutes;
 	char *image;            /* containerDisk image */

@@ -616,9 +616,12 @@ async function scenario(browser, fe, cleanups) {
       assert((await pj.getAttribute('html', 'lang')) === 'ja', 'lang=ja');
       assert((await pj.textContent('#view-lessons h2')) === 'レッスン', 'Japanese heading');
       assert((await pj.textContent('button.start')) === '演習を開始', 'Japanese button');
+      const golden = '#lesson-list li[data-lesson="debian-golden"] h3';
+      assert((await pj.textContent(golden)).startsWith('ゴールデンディスク'), 'the lesson\'s own Japanese title');
       await shot(pj, 'ja-lessons');
       await pj.click('#lang-switch button[data-lang="en"]');
       assert((await pj.textContent('#view-lessons h2')) === 'Lessons', 'switched to English');
+      assert((await pj.textContent(golden)).startsWith('Debian on a golden disk'), 'and the lesson title too');
     } finally {
       await ctxJ.close();
     }

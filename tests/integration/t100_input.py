@@ -85,6 +85,10 @@ for fe, url in frontends():
         t.eq({k: ls["linux-basics"][k] for k in ("runtime", "minutes")},
              {"runtime": "vm", "minutes": 60}, "fields")
         t.eq(ls["k8s-pod-intro"]["runtime"], "pod", "pod runtime listed")
+        ja = ls["linux-basics"].get("i18n", {}).get("ja", {})
+        t.ok(ja.get("title") and ja.get("description") and ja["title"] != ls["linux-basics"]["title"],
+             "a Japanese title and description", ja)
+        t.ok("i18n" not in ls["test-short"], "no translation block when a lesson has none")
 
     @t.test(name=f"{fe}: GET /api/healthz reports database and cluster")
     def health():
