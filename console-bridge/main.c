@@ -203,6 +203,11 @@ int main(int argc, char **argv)
 	info.port = port;
 	info.iface = iface;
 	info.options = LWS_SERVER_OPTION_FAIL_UPON_UNABLE_TO_BIND;
+	/* lws 4.1.6 built with IPv6 binds an IPv4 address given as iface on an
+	 * IPv6 socket to every interface (seen: *:7682); an IPv4 listener keeps
+	 * the bridge on the address it was told (loopback: only the front end). */
+	if (!strchr(iface, ':'))
+		info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
 	info.protocols = server_protocols;
 	info.retry_and_idle_policy = &browser_retry;
 	info.keepalive_timeout = 10;
