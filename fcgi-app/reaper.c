@@ -299,7 +299,7 @@ int main(int argc, char **argv)
 	struct counts k = { 0 };
 	struct objs vms = { 0 }, secrets = { 0 };
 	char **ids = NULL;
-	size_t nids = 0;
+	size_t nids = 0, nactive = 0;
 	char err[1024];
 	int grace = -1, rc = 1;
 	double t0 = util_mono_s();
@@ -348,6 +348,7 @@ int main(int argc, char **argv)
 		log_err("cannot read sessions: %s", x.db.msg);
 		goto out;
 	}
+	nactive = nids;
 	if (list_objs(&x, "virtualmachines", &vms) < 0 || list_objs(&x, "secrets", &secrets) < 0) {
 		log_err("cluster lists failed: nothing deleted this run");
 		goto out;
@@ -369,10 +370,10 @@ int main(int argc, char **argv)
 	orphans(&x, &secrets, ids, nids, &k);
 	rc = k.errors ? 1 : 0;
 out:
-	printf("labvm-reaper: environment=%s%s sessions=%zu vms=%zu secrets=%zu expired=%d "
+	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
 	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d kept_young=%d "
 	       "errors=%d status=%s duration_ms=%.0f\n",
-	       cfg.environment, dry_run ? " dry-run" : "", nids, vms.n, secrets.n, k.expired,
+	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.kept_young, k.errors,
 	       rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
 	for (size_t i = 0; ids && i < nids; i++)
