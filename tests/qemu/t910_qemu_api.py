@@ -3,7 +3,7 @@
 """labvm on real QEMU guests, through its own API (issue 9).
 
 Starts its own stack with the simulator's `--guest qemu` (tests/lib/labstack.py;
-state in $LABVM_STATE/../.check-qemu, ports from 18600, guests on
+state in .check-qemu next to $LABVM_STATE, ports from 18600, guests on
 127.77.0.0/16, environment check-qemu), so it runs next to the shared
 process-guest stack, and stops it at the end whatever happens.
 
@@ -67,9 +67,11 @@ stack = None
 
 
 def state_dir():
+    """.check-qemu next to the check's .check (.check-asan-qemu for check-asan),
+    else a temporary folder."""
     base = os.environ.get("LABVM_STATE")
     if base:
-        return os.path.join(os.path.dirname(os.path.abspath(base)), ".check-qemu")
+        return os.path.abspath(base).rstrip("/") + "-qemu"
     return tempfile.mkdtemp(prefix="lv-qemu-t910-")
 
 
