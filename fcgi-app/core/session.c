@@ -29,34 +29,44 @@ static double num(const PGresult *r, int c)
 	return v ? strtod(v, NULL) : 0;
 }
 
-static int load_vms(struct labctx *x, struct session *s)
+/* The session's VMs arrive with the row, as a JSON array of
+ * [vm_name, secret_name, agent_token, ip, deleted] (one round trip per load:
+ * every browser polls its session once a second). */
+#define SESSION_VMS                                                                                \
+	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "     \
+	"deleted_at IS NOT NULL) ORDER BY created_at, vm_name), '[]') "                           \
+	"FROM session_vms WHERE session_id = sessions.id)"
+
+static int parse_vms(const char *json, struct session *s)
 {
-	const char *p[1] = { s->id };
-	PGresult *r = db_exec(&x->db,
-			      "SELECT vm_name, secret_name, agent_token, ip, deleted_at IS NOT NULL "
-			      "FROM session_vms WHERE session_id = $1::uuid ORDER BY created_at, vm_name",
-			      1, p);
-	if (!r)
+	cJSON *a = cJSON_Parse(json ? json : "[]"), *it;
+	if (!cJSON_IsArray(a)) {
+		cJSON_Delete(a);
 		return -1;
-	s->nvms = (size_t)PQntuples(r);
-	s->vms = xcalloc(s->nvms + 1, sizeof *s->vms);
-	for (int i = 0; i < PQntuples(r); i++) {
-		struct session_vm *v = &s->vms[i];
-		const char *ip = db_val(r, i, 3);
-		v->name = xstrdup(PQgetvalue(r, i, 0));
-		v->secret = xstrdup(PQgetvalue(r, i, 1));
-		v->token = xstrdup(PQgetvalue(r, i, 2));
-		v->ip = ip ? xstrdup(ip) : NULL;
-		v->deleted = PQgetvalue(r, i, 4)[0] == 't';
 	}
-	PQclear(r);
+	s->vms = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *s->vms);
+	cJSON_ArrayForEach(it, a)
+	{
+		const cJSON *f[5];
+		for (int i = 0; i < 5; i++)
+			f[i] = cJSON_GetArrayItem(it, i);
+		if (!cJSON_IsString(f[0]) || !cJSON_IsString(f[1]) || !cJSON_IsString(f[2]))
+			continue;
+		struct session_vm *v = &s->vms[s->nvms++];
+		v->name = xstrdup(f[0]->valuestring);
+		v->secret = xstrdup(f[1]->valuestring);
+		v->token = xstrdup(f[2]->valuestring);
+		v->ip = cJSON_IsString(f[3]) ? xstrdup(f[3]->valuestring) : NULL;
+		v->deleted = cJSON_IsTrue(f[4]);
+	}
+	cJSON_Delete(a);
 	return 0;
 }
 
 static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
 		      struct session *s)
 {
-	char *sql = xasprintf("SELECT " SESSION_COLS " FROM sessions WHERE %s", where);
+	char *sql = xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
 	PGresult *r = db_exec(&x->db, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -79,8 +89,10 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	s->t_running = num(r, 22);
 	s->t_expires = num(r, 23);
 	s->t_now = num(r, 24);
+	int bad = parse_vms(db_val(r, 0, 25), s) < 0;
 	PQclear(r);
-	if (load_vms(x, s) < 0) {
+	if (bad) {
+		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed session_vms");
 		session_free(s);
 		return SESSION_DBERR;
 	}
