@@ -7,6 +7,7 @@
  *   api         GET load through the front end (req/s, latency)
  *   burst       M users press start at once against capacity C (overshoot)
  *   console     relay throughput and keystroke latency, bridge vs direct
+ *   plot        the readiness outputs again from earlier JSON files
  *
  * Threads: the workers of one subcommand each own their libcurl handle (and
  * kube client); shared results are guarded by the subcommand's own mutex.
@@ -34,6 +35,7 @@ enum bench_cmd {
 	CMD_BURST = 1 << 3,
 	CMD_CONSOLE = 1 << 4,
 	CMD_SELFTEST = 1 << 5,
+	CMD_PLOT = 1 << 6,
 };
 
 struct opts {
@@ -101,6 +103,9 @@ struct opts {
 	int keys;
 	char *paths;             /* "direct,bridge,frontend" */
 	int rss;                 /* also run benchmarks/console-bench.py --only rss */
+
+	/* plot */
+	char *in;                /* comma-separated JSON files */
 };
 
 /* ------------------------------------------------------------------- stop */
@@ -278,8 +283,8 @@ void rset_print(const struct rset *r, FILE *f, int show_client);
 int rset_write(const struct rset *r, const char *dir, const char *stem, const char *title);
 
 /* SVG: box plot (p25-p75, whiskers min-max, median, samples as dots) per
- * stage and group, on a shared seconds axis (log scale when the values span
- * more than two decades). Self-contained, no scripts. */
+ * stage and group, one seconds axis per stage (log scale when the values span
+ * more than a decade). Self-contained, no scripts. */
 int svg_write_rset(const struct rset *r, const char *path, const char *title);
 
 /* RFC 3339 "YYYY-MM-DDTHH:MM:SS[.fff]Z" (or +00:00) -> epoch seconds; NAN if bad. */
@@ -299,5 +304,6 @@ int cmd_api(struct opts *o);
 int cmd_burst(struct opts *o);
 int cmd_console(struct opts *o);
 int cmd_selftest(struct opts *o);
+int cmd_plot(struct opts *o);
 
 #endif

@@ -27,13 +27,13 @@ enum {
 	O_POLL, O_TIMEOUT, O_RETRY_WAIT, O_ADMISSION_TIMEOUT, O_END_EXISTING, O_SIM_PROFILE,
 	O_TIME_SCALE, O_SINCE, O_UNTIL, O_DURATION, O_WARMUP, O_CONNECTIONS, O_TARGETS,
 	O_SESSIONS, O_LESSON, O_USERS, O_CAPACITY, O_SAMPLE_MS, O_ROUNDS, O_SETTLE, O_RUNS,
-	O_MB, O_KEYS, O_PATHS, O_RSS, O_HELP,
+	O_MB, O_KEYS, O_PATHS, O_RSS, O_IN, O_HELP,
 };
 
-#define ALL (CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST)
+#define ALL (CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
 #define HTTP (CMD_READINESS | CMD_API | CMD_BURST | CMD_CONSOLE)
 #define KUBE (CMD_READINESS | CMD_BURST | CMD_CONSOLE)
-#define RSET (CMD_READINESS | CMD_REPORT)
+#define RSET (CMD_READINESS | CMD_REPORT | CMD_PLOT)
 
 struct optdef {
 	const char *name;
@@ -90,6 +90,7 @@ static const struct optdef OPTS[] = {
 	{ "keys", 1, O_KEYS, CMD_CONSOLE, "N", "keystrokes per latency run [100]" },
 	{ "paths", 1, O_PATHS, CMD_CONSOLE, "LIST", "direct,bridge,frontend [all three]" },
 	{ "rss", 0, O_RSS, CMD_CONSOLE, NULL, "also benchmarks/console-bench.py --only rss" },
+	{ "in", 1, O_IN, CMD_PLOT, "F.json,..", "readiness or report JSON files (merged)" },
 	{ "help", 0, O_HELP, ALL, NULL, "this text" },
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])
@@ -109,6 +110,8 @@ static const struct {
 	  "M users press start at once against capacity C: answers, p99, overshoot" },
 	{ "console", CMD_CONSOLE, cmd_console,
 	  "console throughput and keystroke latency: bridge vs direct" },
+	{ "plot", CMD_PLOT, cmd_plot,
+	  "table, CSV, JSON and SVG again from readiness/report JSON files (merged)" },
 	{ "selftest", CMD_SELFTEST, cmd_selftest, "check stats, CSV, JSON and SVG writers offline" },
 };
 #define NCMDS (sizeof CMDS / sizeof CMDS[0])
@@ -327,6 +330,7 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 		case O_KEYS: rc = int_arg(d->name, v, 1, 100000, &o->keys); break;
 		case O_PATHS: set_str(&o->paths, v); break;
 		case O_RSS: o->rss = 1; break;
+		case O_IN: set_str(&o->in, v); break;
 		case O_HELP: usage(stdout, ci); exit(0);
 		default: return -1;
 		}
@@ -349,7 +353,7 @@ static void opts_free(struct opts *o)
 	char **strs[] = { &o->url, &o->console_url, &o->kube_url, &o->kube_token_file, &o->kube_ca,
 			  &o->namespace_, &o->label_prefix, &o->environment, &o->user_format,
 			  &o->users_file, &o->out_dir, &o->name, &o->lessons_arg, &o->sim_profile,
-			  &o->since, &o->until, &o->targets, &o->lesson, &o->paths };
+			  &o->since, &o->until, &o->targets, &o->lesson, &o->paths, &o->in };
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
 		free(*strs[i]);
 		*strs[i] = NULL;

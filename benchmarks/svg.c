@@ -1,8 +1,9 @@
 /* svg.c - a self-contained SVG of readiness distributions, written by hand:
- * per stage, one row per (disk source, lesson): a box from p25 to p75, the
- * median as a thick line, whiskers to min and max, every sample as a dot,
- * and the numbers as a hover tooltip (<title>). One shared seconds axis,
- * logarithmic when the values span more than two decades. */
+ * per stage a panel with its own seconds axis (logarithmic when the values
+ * span more than a decade, as golden vs fresh disk do), one row per (disk
+ * source, lesson): a box from p25 to p75, the median as a thick line,
+ * whiskers to min and max, every sample as a dot, and the numbers as a hover
+ * tooltip (<title>). No scripts, no external references. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,49 +85,68 @@ static int in_group(const struct rset *r, const struct rgroup *g, const struct r
 	return strcmp(g->lesson, s->lesson) == 0 && strcmp(g->disk_source, s->disk_source) == 0;
 }
 
-int svg_write_rset(const struct rset *r, const char *path, const char *title)
+/* the axis of one stage panel: log when the values span more than a decade,
+ * else linear over a nice range around them */
+static void axis_for(struct axis *ax, double vmin, double vmax)
 {
-	struct axis ax = { 0, 0, 1 };
-	double vmin = INFINITY, vmax = -INFINITY;
-	int rows = 0, stages = 0;
-	size_t np = sizeof PLOTTED / sizeof PLOTTED[0];
-
-	for (size_t k = 0; k < np; k++) {
-		int any = 0;
-		for (size_t gi = 0; gi < r->ng; gi++) {
-			const struct stats *st = &r->g[gi].st[PLOTTED[k]];
-			if (!r->g[gi].disk_source[0] || st->n == 0)
-				continue;
-			any = 1;
-			rows++;
-			if (st->min > 0 && st->min < vmin)
-				vmin = st->min;
-			if (st->max > vmax)
-				vmax = st->max;
-		}
-		stages += any;
-	}
 	if (!isfinite(vmin) || !isfinite(vmax) || vmax <= 0) {
 		vmin = 0.1;
 		vmax = 1;
 	}
-	if (vmax / vmin > 100) {
-		ax.log = 1;
-		ax.lo = floor(log10(vmin));
-		ax.hi = ceil(log10(vmax));
-		if (ax.hi - ax.lo < 1)
-			ax.hi = ax.lo + 1;
-	} else {
-		double step = nice_step(vmax, 8);
-		ax.lo = 0;
-		ax.hi = ceil(vmax / step) * step;
-		if (ax.hi <= 0)
-			ax.hi = 1;
+	if (vmin > 0 && vmax / vmin > 10) {
+		ax->log = 1;
+		ax->lo = floor(log10(vmin));
+		ax->hi = ceil(log10(vmax));
+		if (ax->hi - ax->lo < 1)
+			ax->hi = ax->lo + 1;
+		return;
 	}
+	ax->log = 0;
+	double span = vmax - (vmin > 0 ? vmin : 0);
+	if (span <= 0)
+		span = vmax > 0 ? vmax : 1;
+	double step = nice_step(span * 1.1, 6);
+	ax->lo = floor((vmin - span * 0.05) / step) * step;
+	if (ax->lo < 0 || vmin / vmax < 0.3)
+		ax->lo = 0;
+	ax->hi = ceil((vmax + span * 0.05) / step) * step;
+	if (ax->hi <= ax->lo)
+		ax->hi = ax->lo + step;
+}
 
-	int top = 124;
-	int plot_h = stages * STAGE_H + rows * ROW_H + stages * 8;
-	int H = top + plot_h + 110;
+static void ticks_for(const struct axis *ax, struct dvec *t)
+{
+	if (ax->log) {
+		for (int e = (int)ax->lo; e <= (int)ax->hi; e++)
+			for (int m = 1; m <= 5; m = m == 1 ? 2 : m + 3) {
+				double v = m * pow(10, e);
+				if (log10(v) >= ax->lo - 1e-9 && log10(v) <= ax->hi + 1e-9)
+					dvec_push(t, v);
+			}
+		return;
+	}
+	double step = nice_step(ax->hi - ax->lo, 6);
+	for (double v = ax->lo; v <= ax->hi + step * 1e-6; v += step)
+		dvec_push(t, v);
+}
+
+int svg_write_rset(const struct rset *r, const char *path, const char *title)
+{
+	size_t np = sizeof PLOTTED / sizeof PLOTTED[0];
+	int rows = 0, stages = 0;
+
+	for (size_t k = 0; k < np; k++) {
+		int any = 0;
+		for (size_t gi = 0; gi < r->ng; gi++)
+			if (r->g[gi].disk_source[0] && r->g[gi].st[PLOTTED[k]].n) {
+				any = 1;
+				rows++;
+			}
+		stages += any;
+	}
+	int top = 122;
+	int panel_extra = STAGE_H + 16 + 10; /* title, tick labels, gap */
+	int H = top + stages * panel_extra + rows * ROW_H + 60;
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -1;
@@ -144,10 +164,7 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 	fputs("</text>\n", f);
 
 	/* the run's description */
-	const char *sub[4] = { NULL, NULL, NULL, NULL };
-	const cJSON *mt = r->meta;
-	sub[0] = kj_str(mt, "description");
-	sub[1] = kj_str(mt, "when");
+	const char *sub[2] = { kj_str(r->meta, "description"), kj_str(r->meta, "when") };
 	for (int i = 0, y = 50; i < 2; i++) {
 		if (!sub[i])
 			continue;
@@ -156,11 +173,10 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		fputs("</text>\n", f);
 		y += 16;
 	}
-	fprintf(f,
-		"<text x=\"20\" y=\"86\" fill=\"#444\">seconds from the button press (%s axis); "
-		"box p25-p75, thick line p50, whiskers min-max, dots = sessions; hover a row for "
-		"n, p90, p99, mean, stdev</text>\n",
-		ax.log ? "log" : "linear");
+	fputs("<text x=\"20\" y=\"86\" fill=\"#444\">seconds from the button press, one axis per "
+	      "stage; box p25-p75, thick line p50, whiskers min-max, dots = sessions; hover a row "
+	      "for n, p90, p99, mean, stdev</text>\n",
+	      f);
 
 	/* legend: one colour per (disk source, lesson) */
 	int lx = 20, ci = 0;
@@ -179,58 +195,53 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		ci++;
 	}
 
-	/* grid and axis */
-	int gy0 = top, gy1 = top + plot_h;
-	fprintf(f, "<g stroke=\"#e3e3e3\" stroke-width=\"1\">\n");
-	struct dvec ticks = { 0 };
-	if (ax.log) {
-		for (int e = (int)ax.lo; e <= (int)ax.hi; e++)
-			for (int m = 1; m <= 5; m = m == 1 ? 2 : m + 3) {
-				double v = m * pow(10, e);
-				if (log10(v) >= ax.lo - 1e-9 && log10(v) <= ax.hi + 1e-9)
-					dvec_push(&ticks, v);
-			}
-	} else {
-		double step = nice_step(ax.hi - ax.lo, 8);
-		for (double v = ax.lo; v <= ax.hi + step * 1e-6; v += step)
-			dvec_push(&ticks, v);
-	}
-	for (size_t i = 0; i < ticks.n; i++)
-		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n",
-			xpos(&ax, ticks.v[i]), gy0, xpos(&ax, ticks.v[i]), gy1);
-	fputs("</g>\n", f);
-	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", X0, gy1, X1,
-		gy1);
-	for (size_t i = 0; i < ticks.n; i++) {
-		char lab[32];
-		fmt_secs(lab, sizeof lab, ticks.v[i]);
-		fprintf(f,
-			"<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
-			"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>"
-			"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#888\" "
-			"font-size=\"10\">%s</text>\n",
-			xpos(&ax, ticks.v[i]), gy1, xpos(&ax, ticks.v[i]), gy1 + 5,
-			xpos(&ax, ticks.v[i]), gy1 + 19, lab, xpos(&ax, ticks.v[i]), gy0 - 2, lab);
-	}
-	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">seconds</text>\n",
-		(X0 + X1) / 2, gy1 + 38);
-	dvec_free(&ticks);
-
-	/* rows */
 	int y = top;
 	for (size_t k = 0; k < np; k++) {
 		enum metric_id m = PLOTTED[k];
-		int any = 0;
-		for (size_t gi = 0; gi < r->ng; gi++)
-			if (r->g[gi].disk_source[0] && r->g[gi].st[m].n)
-				any = 1;
-		if (!any)
+		int nrows = 0;
+		double vmin = INFINITY, vmax = -INFINITY;
+		for (size_t gi = 0; gi < r->ng; gi++) {
+			const struct stats *st = &r->g[gi].st[m];
+			if (!r->g[gi].disk_source[0] || !st->n)
+				continue;
+			nrows++;
+			if (st->min < vmin)
+				vmin = st->min;
+			if (st->max > vmax)
+				vmax = st->max;
+		}
+		if (!nrows)
 			continue;
+		struct axis ax;
+		struct dvec ticks = { 0 };
+		axis_for(&ax, vmin, vmax);
+		ticks_for(&ax, &ticks);
+
 		fprintf(f, "<text x=\"20\" y=\"%d\" font-weight=\"bold\">%s: ", y + 15,
 			bench_metrics[m].side);
 		xml(f, bench_metrics[m].label);
-		fputs("</text>\n", f);
+		fprintf(f, "</text><text x=\"%d\" y=\"%d\" fill=\"#888\" font-size=\"10\" "
+			   "text-anchor=\"end\">%s axis, s</text>\n",
+			X0 - 8, y + 15 + 16, ax.log ? "log" : "linear");
 		y += STAGE_H;
+		int gy0 = y + 16, gy1 = gy0 + nrows * ROW_H;
+		fputs("<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n", f);
+		for (size_t i = 0; i < ticks.n; i++)
+			fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n",
+				xpos(&ax, ticks.v[i]), gy0 - 2, xpos(&ax, ticks.v[i]), gy1);
+		fputs("</g>\n", f);
+		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#999\"/>\n", X0,
+			gy0 - 2, X1, gy0 - 2);
+		for (size_t i = 0; i < ticks.n; i++) {
+			char lab[32];
+			fmt_secs(lab, sizeof lab, ticks.v[i]);
+			fprintf(f,
+				"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\" "
+				"font-size=\"10\">%s</text>\n",
+				xpos(&ax, ticks.v[i]), gy0 - 5, lab);
+		}
+		dvec_free(&ticks);
+		y = gy0;
 		ci = 0;
 		for (size_t gi = 0; gi < r->ng; gi++) {
 			const struct rgroup *g = &r->g[gi];
@@ -288,14 +299,16 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 			fputs("</g>\n", f);
 			y += ROW_H;
 		}
-		y += 8;
+		y += 10;
 	}
 	fprintf(f,
 		"<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">server = the session's own "
-		"timestamps (running_at, ready_at are set by the poll that saw the change); cluster "
-		"= the VMI's Running phaseTransitionTimestamp; client = as seen by labvm-bench. "
-		"Percentiles: linear interpolation.</text>\n",
-		H - 20);
+		"timestamps (running_at and ready_at are set by the poll that saw the change); "
+		"cluster = the VMI's Running</text>\n"
+		"<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">phaseTransitionTimestamp; "
+		"client = as seen by labvm-bench from sending the POST. Percentiles by linear "
+		"interpolation.</text>\n",
+		H - 34, H - 19);
 	fputs("</svg>\n", f);
 	return fclose(f) == 0 ? 0 : -1;
 }

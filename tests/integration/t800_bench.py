@@ -226,6 +226,19 @@ def report_finds_the_same_sessions():
 
 
 @t.test
+def plot_redraws_the_same_figures():
+    r = bench("plot", "--in", os.path.join(out, "r.json"), "--out", out, "--name", "replot")
+    t.eq(r.returncode, 0, "exit status")
+    with open(os.path.join(out, "r.json")) as f:
+        a = json.load(f)
+    with open(os.path.join(out, "replot.json")) as f:
+        b = json.load(f)
+    t.eq([g["stats"] for g in b["groups"]], [g["stats"] for g in a["groups"]], "same stats")
+    t.eq(len(b["samples"]), N, "same samples")
+    t.ok(ET.parse(os.path.join(out, "replot.svg")).getroot().tag.endswith("svg"), "an SVG")
+
+
+@t.test
 def selftest_passes():
     r = bench("selftest", "--out", os.path.join(out, "self"))
     t.eq(r.returncode, 0, "exit status")
