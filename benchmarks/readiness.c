@@ -37,7 +37,7 @@ struct rrun {
 	int *pool;
 	int npool, pool_head, pool_len;
 	/* progress counters */
-	size_t finished, ready, failed, refused, active;
+	size_t finished, ready, failed, refused, refused_auth, active;
 	int have_kube;
 };
 
@@ -205,6 +205,8 @@ static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 			bench_copy(x->error, sizeof x->error, a.msg);
 		pthread_mutex_lock(&r->mu);
 		r->refused++;
+		if (code == 401 || code == 403)
+			r->refused_auth++;
 		pthread_mutex_unlock(&r->mu);
 		goto out;
 	}
@@ -492,6 +494,11 @@ int cmd_readiness(struct opts *o)
 	       "stdev is the sample standard deviation.\n",
 	       kj_str(rs.meta, "description"), rs.n, secs, o->poll_s);
 	rset_print(&rs, stdout, 1);
+	if (r.refused) {
+		printf("\n%zu start(s) refused: not measured%s\n", r.refused,
+		       r.refused_auth ? " (401/403: check the user names and the password)" : "");
+		rc = 1;
+	}
 	if (rset_write(&rs, o->out_dir, o->name, "labvm readiness") < 0)
 		rc = 1;
 	if (rs.order_violations)
