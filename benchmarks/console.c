@@ -527,6 +527,11 @@ static int run_rss(struct opts *o)
 			script = xasprintf("%s/../../benchmarks/console-bench.py", dirname(exe));
 		}
 	}
+	char *real = script ? realpath(script, NULL) : NULL;
+	if (real) {
+		free(script);
+		script = real;
+	}
 	if (!script || access(script, R_OK) != 0) {
 		printf("\nrss: benchmarks/console-bench.py not found (set LABVM_SRC)\n");
 		free(script);
@@ -537,7 +542,9 @@ static int run_rss(struct opts *o)
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
-		execl("/usr/bin/python3", "python3", script, "--only", "rss", "--conns", "200",
+		/* argv[0] absolute: python derives sys.executable from it, and the script
+		 * starts helpers with sys.executable (python3 on PATH may be another one) */
+		execl("/usr/bin/python3", "/usr/bin/python3", script, "--only", "rss", "--conns", "200",
 		      "--json", json, (char *)NULL);
 		_exit(127);
 	}
