@@ -37,7 +37,7 @@ struct rrun {
 	int *pool;
 	int npool, pool_head, pool_len;
 	/* progress counters */
-	size_t finished, ready, failed, refused, refused_auth, active;
+	size_t finished, ready, failed, refused, refused_auth, active, busy_users;
 	int have_kube;
 };
 
@@ -148,7 +148,9 @@ static void end_session(struct bapi *a, const char *sid, cJSON **final)
 	free(path);
 }
 
-static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
+/* 0 done (the sample says how), 1 the user has an open session of its own
+ * (someone else's lab, or a leftover): not touched, take another user */
+static int run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 {
 	struct opts *o = r->o;
 	struct rsample *x = &r->samples[j];
@@ -157,6 +159,7 @@ static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 	char sid[40] = "", vm[80] = "";
 	double t_req = 0, t_first = util_mono_s();
 	long code = 0;
+	int busy = 0;
 
 	bench_user(o, uidx, x->user);
 	bench_copy(x->lesson, sizeof x->lesson, r->jobs[j].lesson);
@@ -164,7 +167,7 @@ static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 	if (bapi_init(&a, o->url, x->user, bench_password(o, uidx)) < 0) {
 		bench_copy(x->start_error, sizeof x->start_error, "client_error");
 		cJSON_Delete(body);
-		return;
+		return 0;
 	}
 	if (o->end_existing) {
 		cJSON *cur = NULL;
@@ -198,6 +201,10 @@ static void run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 		break;
 	}
 	x->admission_wait_s = t_req - t_first;
+	if (code == 409 && strcmp(bapi_error_code(s), "session_exists") == 0 && !o->end_existing) {
+		busy = 1;
+		goto out;
+	}
 	if (code != 201 || !kj_str(s, "id")) {
 		if (code == 201)
 			bench_copy(x->start_error, sizeof x->start_error, "no_session_id");
@@ -287,6 +294,7 @@ out:
 	cJSON_Delete(s);
 	cJSON_Delete(body);
 	bapi_cleanup(&a);
+	return busy;
 }
 
 static void *worker(void *arg)
@@ -306,15 +314,38 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&r->mu);
 		if (j >= r->njobs)
 			break;
-		int u = pool_take(r);
-		if (u < 0) { /* cannot happen: concurrency <= pool size */
+		for (;;) {
+			int u = pool_take(r);
+			if (u < 0 && !bench_stop) {
+				/* the others hold the rest: wait for one to come back */
+				pthread_mutex_lock(&r->mu);
+				int others = r->active > 1;
+				pthread_mutex_unlock(&r->mu);
+				if (others && !bench_sleep(0.2))
+					continue;
+			}
+			if (u < 0) { /* every user left has a session of its own */
+				struct rsample *x = &r->samples[j];
+				bench_copy(x->lesson, sizeof x->lesson, r->jobs[j].lesson);
+				bench_copy(x->start_error, sizeof x->start_error, "no_free_user");
+				pthread_mutex_lock(&r->mu);
+				r->refused++;
+				pthread_mutex_unlock(&r->mu);
+				break;
+			}
+			rsample_init(&r->samples[j], (int)j);
+			if (run_job(r, j, u, have_kube ? &k : NULL) == 0) {
+				pool_give(r, u);
+				break;
+			}
+			/* not given back: its owner's session stays as it is */
 			pthread_mutex_lock(&r->mu);
-			r->active--;
+			r->busy_users++;
 			pthread_mutex_unlock(&r->mu);
-			break;
+			fprintf(stderr, "\nlabvm-bench: %s has an open session of its own: not "
+					"touched, another user takes over\n",
+				r->samples[j].user);
 		}
-		run_job(r, j, u, have_kube ? &k : NULL);
-		pool_give(r, u);
 		pthread_mutex_lock(&r->mu);
 		r->jobs[j].done = 1;
 		r->active--;
@@ -494,6 +525,10 @@ int cmd_readiness(struct opts *o)
 	       "stdev is the sample standard deviation.\n",
 	       kj_str(rs.meta, "description"), rs.n, secs, o->poll_s);
 	rset_print(&rs, stdout, 1);
+	if (r.busy_users)
+		printf("\n%zu user(s) skipped: they had an open session of their own (not touched; "
+		       "--end-existing ends them)\n",
+		       r.busy_users);
 	if (r.refused) {
 		printf("\n%zu start(s) refused: not measured%s\n", r.refused,
 		       r.refused_auth ? " (401/403: check the user names and the password)" : "");
