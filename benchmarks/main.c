@@ -27,7 +27,7 @@ enum {
 	O_POLL, O_TIMEOUT, O_RETRY_WAIT, O_ADMISSION_TIMEOUT, O_END_EXISTING, O_SIM_PROFILE,
 	O_TIME_SCALE, O_SINCE, O_UNTIL, O_DURATION, O_WARMUP, O_CONNECTIONS, O_TARGETS,
 	O_SESSIONS, O_LESSON, O_USERS, O_CAPACITY, O_SAMPLE_MS, O_ROUNDS, O_SETTLE, O_RUNS,
-	O_MB, O_KEYS, O_PATHS, O_RSS, O_IN, O_HELP,
+	O_MB, O_KEYS, O_PATHS, O_RSS, O_IN, O_ENV, O_HELP,
 };
 
 #define ALL (CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
@@ -45,6 +45,7 @@ struct optdef {
 };
 
 static const struct optdef OPTS[] = {
+	{ "env", 1, O_ENV, ALL & ~CMD_SELFTEST & ~CMD_PLOT, "FILE", "a stack's env file for the defaults below [.demo/env when LABVM_URL is unset]" },
 	{ "url", 1, O_URL, HTTP, "URL", "front end base URL [$LABVM_URL]" },
 	{ "users-file", 1, O_USERS_FILE, HTTP, "FILE", "\"user:password\" lines (instead of the next four)" },
 	{ "user-format", 1, O_USER_FORMAT, HTTP, "FMT", "user names, one %d [student%d]" },
@@ -122,8 +123,10 @@ static void usage(FILE *f, int cmd_index)
 		fprintf(f, "usage: labvm-bench COMMAND [options]   (labvm-bench COMMAND --help)\n\n");
 		for (size_t i = 0; i < NCMDS; i++)
 			fprintf(f, "  %-10s %s\n", CMDS[i].name, CMDS[i].what);
-		fprintf(f, "\nTargets default to the LABVM_* variables of a stack's env file:\n"
-			   "  . .demo/env; labvm-bench readiness --lessons debian-golden --n 10\n");
+		fprintf(f, "\nTargets default to the LABVM_* variables of the environment, then of a "
+			   "stack's env\nfile (--env FILE, $LABVM_ENV_FILE, or .demo/env when LABVM_URL "
+			   "is unset):\n  make demo-up; labvm-bench readiness --lessons "
+			   "debian-golden --n 10\n");
 		return;
 	}
 	fprintf(f, "usage: labvm-bench %s [options]\n  %s\n\n", CMDS[cmd_index].name,
@@ -194,6 +197,59 @@ static void split_list(const char *arg, char ***out, int *n)
 		(*out)[(*n)++] = xstrdup(t);
 	}
 	free(copy);
+}
+
+/* A stack's env file (tests/stack, make demo-up: KEY='value' lines, not
+ * exported): its LABVM_* values become defaults, the environment wins. So
+ * `. .demo/env; labvm-bench ...` works whether or not the shell exported them. */
+static void load_env_file(const char *path, int explicit_)
+{
+	char *text = util_read_file(path, 1 << 20, NULL), *save = NULL;
+	int n = 0;
+	if (!text) {
+		if (explicit_)
+			fprintf(stderr, "labvm-bench: cannot read %s: %s\n", path, strerror(errno));
+		return;
+	}
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		if (strncmp(l, "export ", 7) == 0)
+			l += 7;
+		char *eq = strchr(l, '=');
+		if (!eq || strncmp(l, "LABVM_", 6) != 0)
+			continue;
+		*eq = '\0';
+		char *v = eq + 1;
+		size_t len = strlen(v);
+		if (len >= 2 && (v[0] == '\'' || v[0] == '"') && v[len - 1] == v[0]) {
+			v[len - 1] = '\0';
+			v++;
+		}
+		if (setenv(l, v, 0) == 0)
+			n++;
+	}
+	explicit_bzero(text, strlen(text));
+	free(text);
+	if (n)
+		fprintf(stderr, "labvm-bench: defaults from %s\n", path);
+}
+
+static void env_defaults(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--help") == 0)
+			return;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--env") == 0 && i + 1 < argc) {
+			load_env_file(argv[i + 1], 1);
+			return;
+		}
+		if (strncmp(argv[i], "--env=", 6) == 0) {
+			load_env_file(argv[i] + 6, 1);
+			return;
+		}
+	}
+	if (!getenv("LABVM_URL"))
+		load_env_file(getenv("LABVM_ENV_FILE") ? getenv("LABVM_ENV_FILE") : ".demo/env", 0);
 }
 
 static void defaults(struct opts *o)
@@ -331,6 +387,7 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 		case O_PATHS: set_str(&o->paths, v); break;
 		case O_RSS: o->rss = 1; break;
 		case O_IN: set_str(&o->in, v); break;
+		case O_ENV: break; /* read before the defaults: see load_env_file */
 		case O_HELP: usage(stdout, ci); exit(0);
 		default: return -1;
 		}
@@ -694,6 +751,8 @@ int main(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.cmd_name = CMDS[ci].name;
 	o.cmd = CMDS[ci].cmd;
+	if (o.cmd != CMD_SELFTEST && o.cmd != CMD_PLOT)
+		env_defaults(argc - 1, argv + 1);
 	defaults(&o);
 	if (parse(&o, ci, argc - 1, argv + 1) < 0) {
 		opts_free(&o);
