@@ -6,6 +6,7 @@
  *   2. an open session?                       -> 409 session_exists, naming it
  *   3. golden disk usable?                    -> else containerDisk, reason recorded
  *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
+ *      (a cluster already full is refused before queueing for the lock)
  *   5. count lab VMs in the cluster           -> 503 capacity_full / cluster_unavailable
  *   6. insert the session, create the Secret, the VM, own the Secret by the VM
  *   7. commit                                 -> 201
@@ -241,10 +242,16 @@ enum hres api_session_create(struct req *r)
 		}
 	}
 
-	/* 4-5: capacity, counted in the cluster under a global lock */
-	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) < 0)
-		goto dberr;
+	/* 4-5: capacity, counted in the cluster under a global lock. A full
+	 * cluster is refused before queueing for the lock, so a burst of refusals
+	 * does not wait behind the admissions; the count that admits is the one
+	 * taken under the lock. */
 	long code = count_lab_vms(x, &in_use);
+	if (code != 200 || in_use < c->vm_capacity) {
+		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) < 0)
+			goto dberr;
+		code = count_lab_vms(x, &in_use);
+	}
 	if (code != 200) {
 		db_rollback(&x->db);
 		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);

@@ -116,5 +116,32 @@ def counts_foreign_and_terminating():
         b.end(r3.json["id"])
 
 
+@t.test(name="admission waits for the capacity lock; a full cluster is refused without waiting")
+def lock_and_precheck():
+    reset_world(kube, db)
+    holder = Db()
+    holder.query("SELECT pg_advisory_lock(7302, 0)")   # the admissions' capacity lock
+    try:
+        result = {}
+        th = threading.Thread(target=lambda: result.setdefault("r", Api("student173").start("linux-basics")))
+        th.start()
+        th.join(2)
+        t.ok(th.is_alive(), "with room, a start waits while another admission holds the lock")
+        for i in range(CAPACITY):
+            foreign_vm(f"filler-{i}")
+        # the lock is held until this request has returned: were it queued for
+        # the lock, it would time out here instead of answering
+        r = Api("student174", timeout=10).start("linux-basics")
+        t.eq((r.status, (r.json or {}).get("error")), (503, "capacity_full"),
+             "full: refused while the lock is held")
+    finally:
+        holder.query("SELECT pg_advisory_unlock(7302, 0)")
+        holder.close()
+    th.join(20)
+    r = result.get("r")
+    t.eq((r.status, (r.json or {}).get("error")) if r else None, (503, "capacity_full"),
+         "the waiting start, counted under the lock, sees the cluster full too")
+
+
 reset_world(kube, db)
 t.done()

@@ -26,7 +26,8 @@ def nothing_left(what):
 
 
 STEPS = [
-    ("counting VMs fails", dict(verb="list", resource="virtualmachines", code=503)),
+    # counted twice: before queueing for the capacity lock, and under it
+    ("counting VMs fails", dict(verb="list", resource="virtualmachines", code=503, times=2)),
     ("creating the Secret fails", dict(verb="create", resource="secrets", code=500)),
     ("creating the VM fails", dict(verb="create", resource="virtualmachines", code=500)),
     # libcurl retries a request once on a reused connection that died before

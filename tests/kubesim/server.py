@@ -80,7 +80,10 @@ class Sim:
     @staticmethod
     def _guest_net(spec, port):
         if not spec:
-            return (127, 20 + port % 200)
+            # distinct for every port base this repository uses (16000..25000,
+            # 6443); never 127.0/127.1 (localhost). A taken address is skipped
+            # anyway (controllers._ip_free), this just avoids the contention.
+            return (127, 2 + port % 254)
         try:
             a, b, c, d = spec.split("/")[0].split(".")
             if int(a) != 127:

@@ -285,8 +285,9 @@ class Stack:
 
     def write_htpasswd(self):
         out = self.path("htpasswd")
-        if os.path.exists(out):
+        if getattr(self, "_htpasswd_done", False):
             return out
+        self._htpasswd_done = True  # written anew by every up: users may have changed
         h = subprocess.run(["openssl", "passwd", "-apr1", "-salt", "labvmdmo", PASSWORD],
                            capture_output=True, text=True, check=True).stdout.strip()
         with open(out, "w") as f:
