@@ -25,8 +25,8 @@ static double timing_of(const char *v, size_t len, const char *name)
 {
 	size_t nl = strlen(name);
 	for (size_t i = 0; i + nl + 5 <= len; i++) {
-		if ((i == 0 || v[i - 1] == ' ' || v[i - 1] == ',') && strncmp(v + i, name, nl) == 0 &&
-		    strncmp(v + i + nl, ";dur=", 5) == 0)
+		if ((i == 0 || v[i - 1] == ' ' || v[i - 1] == ',') &&
+		    strncmp(v + i, name, nl) == 0 && strncmp(v + i + nl, ";dur=", 5) == 0)
 			return strtod(v + i + nl + 5, NULL);
 	}
 	return NAN;
@@ -83,8 +83,7 @@ void bapi_cleanup(struct bapi *a)
 	memset(a, 0, sizeof *a);
 }
 
-long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON *body,
-	       cJSON **out)
+long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON *body, cJSON **out)
 {
 	struct curl_slist *hdrs = NULL, *t;
 	char *json = NULL, *url = xasprintf("%s%s", a->base, path);
@@ -129,8 +128,9 @@ long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON
 		snprintf(a->msg, sizeof a->msg, "curl setup failed");
 		goto out;
 	}
-	if (json && (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
-		     curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK)) {
+	if (json &&
+	    (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
+	     curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK)) {
 		snprintf(a->msg, sizeof a->msg, "curl setup failed");
 		goto out;
 	}
@@ -143,7 +143,7 @@ long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON
 	a->ms = (util_mono_s() - t0) * 1000.0;
 	if (rc != CURLE_OK) {
 		snprintf(a->msg, sizeof a->msg, "%s %.200s: %.250s", method, path,
-			 a->err[0] ? a->err : curl_easy_strerror(rc));
+		         a->err[0] ? a->err : curl_easy_strerror(rc));
 		goto out;
 	}
 	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);

@@ -43,40 +43,40 @@ struct opts {
 	enum bench_cmd cmd;
 
 	/* targets (defaults from the LABVM_* environment of a stack's env file) */
-	char *url;               /* LABVM_URL: the front end */
-	char *console_url;       /* LABVM_CONSOLE_URL: the bridge itself */
-	char *kube_url;          /* LABVM_KUBE_URL */
-	char *kube_token_file;   /* LABVM_KUBE_ADMIN_TOKEN_FILE (read access to VMs, VMIs) */
-	char *kube_ca;           /* LABVM_KUBE_CA */
-	char *namespace_;        /* LABVM_NAMESPACE */
-	char *label_prefix;      /* labvm.io */
-	char *database;          /* LABVM_DATABASE: SECRET (may hold a password) */
-	char *environment;       /* LABVM_ENVIRONMENT */
+	char *url;             /* LABVM_URL: the front end */
+	char *console_url;     /* LABVM_CONSOLE_URL: the bridge itself */
+	char *kube_url;        /* LABVM_KUBE_URL */
+	char *kube_token_file; /* LABVM_KUBE_ADMIN_TOKEN_FILE (read access to VMs, VMIs) */
+	char *kube_ca;         /* LABVM_KUBE_CA */
+	char *namespace_;      /* LABVM_NAMESPACE */
+	char *label_prefix;    /* labvm.io */
+	char *database;        /* LABVM_DATABASE: SECRET (may hold a password) */
+	char *environment;     /* LABVM_ENVIRONMENT */
 
 	/* students */
-	char *user_format;       /* printf format with one %d, "student%d" */
-	int first;               /* first user number */
-	int user_count;          /* users available from first on */
-	char *users_file;        /* "user:password" lines instead of the format */
-	char *password;          /* SECRET: from --password-file or LABVM_PASSWORD */
+	char *user_format; /* printf format with one %d, "student%d" */
+	int first;         /* first user number */
+	int user_count;    /* users available from first on */
+	char *users_file;  /* "user:password" lines instead of the format */
+	char *password;    /* SECRET: from --password-file or LABVM_PASSWORD */
 
 	/* output */
 	char *out_dir;
-	char *name;              /* file stem in out_dir */
-	int quiet;               /* no progress line */
+	char *name; /* file stem in out_dir */
+	int quiet;  /* no progress line */
 
 	/* readiness */
 	char *lessons_arg;
 	char **lessons;
 	int nlessons;
-	int n;                   /* sessions per lesson */
+	int n; /* sessions per lesson */
 	int concurrency;
 	double poll_s;
-	double timeout_s;        /* per session, from the admitted POST */
-	double retry_wait_s;     /* after 503 capacity_full */
+	double timeout_s;    /* per session, from the admitted POST */
+	double retry_wait_s; /* after 503 capacity_full */
 	double admission_timeout_s;
-	int end_existing;        /* end a bench user's open session before starting */
-	char *sim_profile;       /* simulator only: POST /_sim/profile for the run */
+	int end_existing;  /* end a bench user's open session before starting */
+	char *sim_profile; /* simulator only: POST /_sim/profile for the run */
 	double sim_time_scale;
 
 	/* report */
@@ -86,9 +86,9 @@ struct opts {
 	double duration_s;
 	double warmup_s;
 	int connections;
-	char *targets;           /* "status,lessons" */
-	int sessions;            /* ready sessions behind "status" */
-	char *lesson;            /* lesson of helper sessions (api, burst, console) */
+	char *targets; /* "status,lessons" */
+	int sessions;  /* ready sessions behind "status" */
+	char *lesson;  /* lesson of helper sessions (api, burst, console) */
 
 	/* burst */
 	int users;
@@ -101,11 +101,11 @@ struct opts {
 	int runs;
 	int mb;
 	int keys;
-	char *paths;             /* "direct,bridge,frontend" */
-	int rss;                 /* also run benchmarks/console-bench.py --only rss */
+	char *paths; /* "direct,bridge,frontend" */
+	int rss;     /* also run benchmarks/console-bench.py --only rss */
 
 	/* plot */
-	char *in;                /* comma-separated JSON files */
+	char *in; /* comma-separated JSON files */
 };
 
 /* ------------------------------------------------------------------- stop */
@@ -120,15 +120,15 @@ int bench_sleep(double s);
 
 struct bapi {
 	CURL *h;
-	char *base;               /* front end URL, no trailing slash */
+	char *base; /* front end URL, no trailing slash */
 	char *user;
-	char *password;           /* SECRET */
+	char *password; /* SECRET */
 	struct buf body;
 	char err[CURL_ERROR_SIZE];
-	double ms;                /* client-side time of the last call */
+	double ms;                                           /* client-side time of the last call */
 	double st_app_ms, st_db_ms, st_kube_ms, st_agent_ms; /* Server-Timing, NAN if absent */
-	long retry_after;         /* Retry-After of the last answer, -1 if none */
-	char msg[512];            /* transport error of the last call */
+	long retry_after; /* Retry-After of the last answer, -1 if none */
+	char msg[512];    /* transport error of the last call */
 };
 
 int bapi_init(struct bapi *a, const char *base, const char *user, const char *password);
@@ -136,7 +136,7 @@ void bapi_cleanup(struct bapi *a);
 /* One call; path starts with "/". Returns the HTTP status or 0 when the front
  * end could not be reached (a->msg). *out (if out) gets the parsed body or NULL. */
 long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON *body,
-	       cJSON **out);
+               cJSON **out);
 /* "error" code of an error answer (borrowed) or "". */
 const char *bapi_error_code(const cJSON *o);
 
@@ -154,8 +154,8 @@ long bench_count_lab_vms(const struct opts *o, struct kube *k);
 
 /* Simulator only: set / read the delay profile (POST|GET /_sim/profile).
  * 0 ok, -1 not a simulator or failed. name NULL: read only. */
-int bench_sim_profile(struct kube *k, const char *name, double time_scale, char *out_name,
-		      size_t n, double *out_scale);
+int bench_sim_profile(struct kube *k, const char *name, double time_scale, char *out_name, size_t n,
+                      double *out_scale);
 
 /* ------------------------------------------------------------------ stats */
 
@@ -207,19 +207,19 @@ struct rsample {
 	char user[64];
 	char lesson[64];
 	char session_id[40];
-	int http_status;           /* of the admitted (or last) POST; 0 = unreachable */
-	char start_error[40];      /* error code of a refused start */
-	int admission_retries;     /* 503 capacity_full answers before admission */
+	int http_status;       /* of the admitted (or last) POST; 0 = unreachable */
+	char start_error[40];  /* error code of a refused start */
+	int admission_retries; /* 503 capacity_full answers before admission */
 	double admission_wait_s;
 	char disk_source[24];
 	char fallback_reason[24];
-	char state[16];            /* final state as seen */
-	char stage[16];            /* last stage (the failure stage when failed) */
+	char state[16]; /* final state as seen */
+	char stage[16]; /* last stage (the failure stage when failed) */
 	char end_reason[16];
 	char error[256];
-	char created_at[32];       /* RFC 3339, server clock */
+	char created_at[32]; /* RFC 3339, server clock */
 	int polls;
-	double post_app_ms;        /* Server-Timing app;dur of the admitted POST */
+	double post_app_ms; /* Server-Timing app;dur of the admitted POST */
 	/* server side: the session's own timestamps minus created_at */
 	double s_submitted, s_running, s_ready, s_failed;
 	/* cluster side: VMI Running phaseTransitionTimestamp minus created_at */
@@ -232,7 +232,7 @@ enum metric_id {
 	M_S_SUBMITTED,
 	M_S_RUNNING,
 	M_S_READY,
-	M_S_BOOT,        /* running -> ready */
+	M_S_BOOT, /* running -> ready */
 	M_K_RUNNING,
 	M_C_SUBMITTED,
 	M_C_RUNNING,
@@ -241,9 +241,9 @@ enum metric_id {
 };
 
 struct metric {
-	const char *key;     /* JSON/CSV name */
-	const char *side;    /* server | cluster | client */
-	const char *label;   /* table text */
+	const char *key;   /* JSON/CSV name */
+	const char *side;  /* server | cluster | client */
+	const char *label; /* table text */
 };
 extern const struct metric bench_metrics[M_COUNT];
 double rsample_metric(const struct rsample *s, enum metric_id m);
@@ -257,7 +257,7 @@ struct rgroup {
 	char disk_source[24];
 	size_t n, ready, failed, refused, other;
 	struct stats st[M_COUNT];
-	char fail_stages[160];  /* "booting:2 setting_up:1" */
+	char fail_stages[160]; /* "booting:2 setting_up:1" */
 };
 
 struct rset {
@@ -267,7 +267,7 @@ struct rset {
 	size_t ng;
 	int order_violations;
 	/* run description, in every output */
-	cJSON *meta;             /* owned */
+	cJSON *meta; /* owned */
 };
 
 /* A new sample (all times NAN), appended. */

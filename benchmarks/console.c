@@ -32,9 +32,9 @@
 #include "bench.h"
 #include "jsonx.h"
 
-#define BRIDGE_PROTO "labvm-console.v1"
+#define BRIDGE_PROTO   "labvm-console.v1"
 #define KUBEVIRT_PROTO "plain.kubevirt.io"
-#define RX_KEEP_MAX (1u << 20)
+#define RX_KEEP_MAX    (1u << 20)
 
 enum ws_state { WS_CONNECTING, WS_OPEN, WS_CLOSED, WS_FAILED };
 
@@ -42,15 +42,15 @@ struct wsc {
 	struct lws *wsi;
 	enum ws_state state;
 	char why[200];
-	char *auth;                 /* Authorization header value: SECRET */
-	struct buf rx;              /* binary bytes since the last clear (capped) */
+	char *auth;    /* Authorization header value: SECRET */
+	struct buf rx; /* binary bytes since the last clear (capped) */
 	size_t rx_total;
 	char tail[64];
 	size_t tail_len;
-	struct buf txt;             /* text message being assembled */
+	struct buf txt; /* text message being assembled */
 	char last_text[512];
 	int text_count;
-	unsigned char *tx;          /* pending message, LWS_PRE headroom */
+	unsigned char *tx; /* pending message, LWS_PRE headroom */
 	size_t tx_len;
 	int closing;
 };
@@ -61,7 +61,7 @@ struct wsx {
 };
 
 static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-		     size_t len)
+                     size_t len)
 {
 	struct wsc *c = lws_get_opaque_user_data(wsi);
 
@@ -70,8 +70,8 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
 		if (c && c->auth &&
 		    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
-						 (const unsigned char *)c->auth,
-						 (int)strlen(c->auth), p, end))
+		                                 (const unsigned char *)c->auth,
+		                                 (int)strlen(c->auth), p, end))
 			return -1;
 		return 0;
 	}
@@ -103,7 +103,7 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 				buf_append(&c->txt, in, len);
 			if (lws_is_final_fragment(wsi)) {
 				snprintf(c->last_text, sizeof c->last_text, "%s",
-					 c->txt.p ? c->txt.p : "");
+				         c->txt.p ? c->txt.p : "");
 				c->text_count++;
 				buf_reset(&c->txt);
 			}
@@ -128,8 +128,8 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 		if (c && len >= 2) {
 			const unsigned char *b = in;
 			snprintf(c->why, sizeof c->why, "closed by the server (%d%s%.*s)",
-				 b[0] << 8 | b[1], len > 2 ? ": " : "", (int)(len > 120 ? 118 : len - 2),
-				 (const char *)b + 2);
+			         b[0] << 8 | b[1], len > 2 ? ": " : "",
+			         (int)(len > 120 ? 118 : len - 2), (const char *)b + 2);
 		}
 		return 0;
 	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
@@ -139,7 +139,7 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 				snprintf(c->why, sizeof c->why, "HTTP %d", st);
 			else
 				snprintf(c->why, sizeof c->why, "%s",
-					 in ? (const char *)in : "connection error");
+				         in ? (const char *)in : "connection error");
 			c->state = WS_FAILED;
 			c->wsi = NULL;
 		}
@@ -157,8 +157,8 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 }
 
 static const struct lws_protocols PROTOCOLS[] = {
-	{ "bench-client", cb_client, 0, 0, 0, NULL, 0 },
-	{ NULL, NULL, 0, 0, 0, NULL, 0 },
+    {"bench-client", cb_client, 0, 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
 /* wake lws_service at least every 5 ms, so the waits below see their deadlines */
@@ -199,7 +199,7 @@ static void pump(struct wsx *x)
 
 /* ws[s]://host[:port]/path -> parts (path keeps its query) */
 static int parse_url(const char *url, int *tls, char *host, size_t hn, int *port, char *path,
-		     size_t pn)
+                     size_t pn)
 {
 	const char *h;
 	if (strncmp(url, "ws://", 5) == 0 || strncmp(url, "http://", 7) == 0) {
@@ -260,7 +260,7 @@ static void wsc_close(struct wsx *x, struct wsc *c)
 }
 
 static int wsc_open(struct wsx *x, struct wsc *c, const char *url, const char *proto,
-		    const char *auth, double timeout)
+                    const char *auth, double timeout)
 {
 	struct lws_client_connect_info i;
 	char host[256], path[2048];
@@ -379,8 +379,8 @@ static int throughput_once(struct wsx *x, struct wsc *c, int mb, double *mbps, s
 	if (fresh_prompt(x, c) < 0)
 		return -1;
 	snprintf(cmd, sizeof cmd,
-		 "head -c %d /dev/zero | tr '\\0' x | fold -w 99; echo DONE-$((40+2))\r",
-		 mb * 1000 * 1000);
+	         "head -c %d /dev/zero | tr '\\0' x | fold -w 99; echo DONE-$((40+2))\r",
+	         mb * 1000 * 1000);
 	size_t start = c->rx_total;
 	c->tail_len = 0;
 	double t0 = util_mono_s();
@@ -408,13 +408,13 @@ static int latency_once(struct wsx *x, struct wsc *c, int keys, struct dvec *out
 		return -1;
 	wsc_drain(x, c, 0.5);
 	for (int i = 0; i < keys; i++) {
-		char ch[2] = { (char)('a' + i % 26), '\0' };
+		char ch[2] = {(char)('a' + i % 26), '\0'};
 		wsc_clear(c);
 		double t0 = util_mono_s();
 		if (wsc_send(x, c, ch, 1) < 0 || wsc_until(x, c, ch, 10) < 0)
 			return -1;
 		dvec_push(out, (util_mono_s() - t0) * 1000.0);
-		struct timespec ts = { 0, 5 * 1000000L };
+		struct timespec ts = {0, 5 * 1000000L};
 		nanosleep(&ts, NULL);
 	}
 	wsc_send(x, c, "\003", 1);
@@ -426,7 +426,7 @@ static int latency_once(struct wsx *x, struct wsc *c, int keys, struct dvec *out
 /* ------------------------------------------------------------ connections */
 
 enum path_kind { P_DIRECT, P_BRIDGE, P_FRONTEND, P_COUNT };
-static const char *const PATH_NAME[P_COUNT] = { "direct", "bridge", "frontend" };
+static const char *const PATH_NAME[P_COUNT] = {"direct", "bridge", "frontend"};
 
 struct ctx {
 	struct opts *o;
@@ -434,8 +434,8 @@ struct ctx {
 	struct bapi api;
 	char user[64];
 	char sid[40], vm[80];
-	char *bearer;   /* SECRET */
-	char *basic;    /* SECRET */
+	char *bearer; /* SECRET */
+	char *basic;  /* SECRET */
 };
 
 /* the browser's way: a single-use ticket, then the bridge's "open" status */
@@ -449,7 +449,7 @@ static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const ch
 	const char *url = kj_str(t, "url");
 	if (code != 200 || !url) {
 		snprintf(c->why, sizeof c->why, "console-ticket: HTTP %ld %s", code,
-			 bapi_error_code(t));
+		         bapi_error_code(t));
 		cJSON_Delete(t);
 		return -1;
 	}
@@ -469,7 +469,8 @@ static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const ch
 		}
 		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop) {
 			if (!c->why[0])
-				snprintf(c->why, sizeof c->why, "no \"open\" status from the bridge");
+				snprintf(c->why, sizeof c->why,
+				         "no \"open\" status from the bridge");
 			return -1;
 		}
 		pump(&cx->x);
@@ -494,8 +495,8 @@ static int open_path(struct ctx *cx, enum path_kind k, struct wsc *c)
 	struct opts *o = cx->o;
 	if (k == P_DIRECT) {
 		char *url = xasprintf("%s/apis/subresources.kubevirt.io/v1/namespaces/%s/"
-				      "virtualmachineinstances/%s/console",
-				      o->kube_url, o->namespace_, cx->vm);
+		                      "virtualmachineinstances/%s/console",
+		                      o->kube_url, o->namespace_, cx->vm);
 		char *wss = xasprintf("wss%s", strstr(url, "://"));
 		int rc = wsc_open(&cx->x, c, wss, KUBEVIRT_PROTO, cx->bearer, 30);
 		free(url);
@@ -544,8 +545,8 @@ static int run_rss(struct opts *o)
 	if (pid == 0) {
 		/* argv[0] absolute: python derives sys.executable from it, and the script
 		 * starts helpers with sys.executable (python3 on PATH may be another one) */
-		execl("/usr/bin/python3", "/usr/bin/python3", script, "--only", "rss", "--conns", "200",
-		      "--json", json, (char *)NULL);
+		execl("/usr/bin/python3", "/usr/bin/python3", script, "--only", "rss", "--conns",
+		      "200", "--json", json, (char *)NULL);
 		_exit(127);
 	}
 	int st = 0;
@@ -560,7 +561,7 @@ int cmd_console(struct opts *o)
 {
 	struct ctx cx;
 	int ours = 0;
-	int use[P_COUNT] = { 0 }, rc = 0;
+	int use[P_COUNT] = {0}, rc = 0;
 	const char *lesson = o->lesson ? o->lesson : "linux-basics";
 	struct dvec tp[P_COUNT], lat[P_COUNT];
 	char *copyp = xstrdup(o->paths), *save = NULL;
@@ -575,9 +576,10 @@ int cmd_console(struct opts *o)
 			if (strcmp(PATH_NAME[k], t) == 0)
 				use[k] = 1;
 		if (!strcmp(t, "direct") + !strcmp(t, "bridge") + !strcmp(t, "frontend") == 0) {
-			fprintf(stderr, "labvm-bench console: unknown path %s (direct, bridge, "
-					"frontend)\n",
-				t);
+			fprintf(stderr,
+			        "labvm-bench console: unknown path %s (direct, bridge, "
+			        "frontend)\n",
+			        t);
 			free(copyp);
 			return 2;
 		}
@@ -589,12 +591,12 @@ int cmd_console(struct opts *o)
 	}
 	if (use[P_DIRECT] && (!o->kube_url || !o->kube_token_file || !o->kube_ca)) {
 		fprintf(stderr, "labvm-bench console: the direct path needs --kube-url, "
-				"--kube-token-file and --kube-ca\n");
+		                "--kube-token-file and --kube-ca\n");
 		return 2;
 	}
 	if (use[P_BRIDGE] && !o->console_url) {
 		fprintf(stderr, "labvm-bench console: the bridge path needs --console-url (or "
-				"LABVM_CONSOLE_URL); or leave it out with --paths\n");
+		                "LABVM_CONSOLE_URL); or leave it out with --paths\n");
 		return 2;
 	}
 	if (bench_users_load(o) < 0)
@@ -602,7 +604,8 @@ int cmd_console(struct opts *o)
 	if (use[P_DIRECT]) {
 		char *tok = util_read_file(o->kube_token_file, 64 * 1024, NULL);
 		if (!tok) {
-			fprintf(stderr, "labvm-bench console: cannot read %s\n", o->kube_token_file);
+			fprintf(stderr, "labvm-bench console: cannot read %s\n",
+			        o->kube_token_file);
 			return 2;
 		}
 		util_rstrip(tok);
@@ -655,7 +658,8 @@ int cmd_console(struct opts *o)
 				continue;
 			}
 			if (code == 409 && open_id) {
-				cJSON *inner = cJSON_DetachItemFromObjectCaseSensitive(s, "session");
+				cJSON *inner =
+				    cJSON_DetachItemFromObjectCaseSensitive(s, "session");
 				cJSON_Delete(s);
 				s = inner;
 				break;
@@ -666,8 +670,8 @@ int cmd_console(struct opts *o)
 				s = NULL;
 				continue;
 			}
-			fprintf(stderr, "labvm-bench console: cannot start %s: %ld %s\n", lesson, code,
-				code ? bapi_error_code(s) : cx.api.msg);
+			fprintf(stderr, "labvm-bench console: cannot start %s: %ld %s\n", lesson,
+			        code, code ? bapi_error_code(s) : cx.api.msg);
 			cJSON_Delete(s);
 			cJSON_Delete(body);
 			rc = 1;
@@ -675,7 +679,8 @@ int cmd_console(struct opts *o)
 		}
 		cJSON_Delete(body);
 		snprintf(cx.sid, sizeof cx.sid, "%s", kj_str(s, "id") ? kj_str(s, "id") : "");
-		snprintf(cx.vm, sizeof cx.vm, "%s", kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
+		snprintf(cx.vm, sizeof cx.vm, "%s",
+		         kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
 		cJSON_Delete(s);
 		char *p = xasprintf("/api/sessions/%s", cx.sid);
 		char st[16] = "starting";
@@ -712,7 +717,7 @@ int cmd_console(struct opts *o)
 					continue;
 				if (open_path(&cx, (enum path_kind)k, &c) < 0) {
 					fprintf(stderr, "\nlabvm-bench console: opening %s: %s\n",
-						PATH_NAME[k], c.why);
+					        PATH_NAME[k], c.why);
 					wsc_close(&cx.x, &c);
 					rc = 1;
 					break;
@@ -721,22 +726,25 @@ int cmd_console(struct opts *o)
 					double mbps;
 					size_t bytes;
 					if (throughput_once(&cx.x, &c, o->mb, &mbps, &bytes) < 0) {
-						fprintf(stderr, "\nlabvm-bench console: %s throughput run "
-								"failed%s%s\n",
-							PATH_NAME[k], c.why[0] ? ": " : "", c.why);
+						fprintf(stderr,
+						        "\nlabvm-bench console: %s throughput run "
+						        "failed%s%s\n",
+						        PATH_NAME[k], c.why[0] ? ": " : "", c.why);
 						rc = 1;
 					} else {
 						dvec_push(&tp[k], mbps);
 					}
 				} else if (latency_once(&cx.x, &c, o->keys, &lat[k]) < 0) {
-					fprintf(stderr, "\nlabvm-bench console: %s latency run failed%s%s\n",
-						PATH_NAME[k], c.why[0] ? ": " : "", c.why);
+					fprintf(
+					    stderr,
+					    "\nlabvm-bench console: %s latency run failed%s%s\n",
+					    PATH_NAME[k], c.why[0] ? ": " : "", c.why);
 					rc = 1;
 				}
 				wsc_close(&cx.x, &c);
 				char extra[64];
 				snprintf(extra, sizeof extra, "run %d, %s %s", run,
-					 phase ? "latency" : "throughput", PATH_NAME[k]);
+				         phase ? "latency" : "throughput", PATH_NAME[k]);
 				progress_show(&pr, ++done, extra, 1);
 				bench_sleep(0.5);
 			}
@@ -750,11 +758,12 @@ int cmd_console(struct opts *o)
 	jx_add_num(root, "runs", o->runs);
 	jx_add_num(root, "mb_per_run", o->mb);
 	jx_add_num(root, "keys_per_run", o->keys);
-	jx_add_str(root, "method", "throughput: head -c MB /dev/zero | tr '\\0' x | fold -w 99 in "
-				   "the guest, console bytes per second until the end marker, median "
-				   "of runs; latency: one byte to `cat` with -icanon until its echo");
-	printf("\n  %-9s %12s  %-28s %9s %9s %9s %9s\n", "path", "MB/s median", "runs",
-	       "RTT p50", "p90", "p99", "max (ms)");
+	jx_add_str(root, "method",
+	           "throughput: head -c MB /dev/zero | tr '\\0' x | fold -w 99 in "
+	           "the guest, console bytes per second until the end marker, median "
+	           "of runs; latency: one byte to `cat` with -icanon until its echo");
+	printf("\n  %-9s %12s  %-28s %9s %9s %9s %9s\n", "path", "MB/s median", "runs", "RTT p50",
+	       "p90", "p99", "max (ms)");
 	double med[P_COUNT], p50[P_COUNT], p99[P_COUNT];
 	for (int k = 0; k < P_COUNT; k++) {
 		struct stats ts, ls;
@@ -769,7 +778,7 @@ int cmd_console(struct opts *o)
 		char runs[64] = "";
 		for (size_t i = 0; i < tp[k].n && strlen(runs) < 50; i++)
 			snprintf(runs + strlen(runs), sizeof runs - strlen(runs), "%s%.2f",
-				 i ? " " : "", tp[k].v[i]);
+			         i ? " " : "", tp[k].v[i]);
 		printf("  %-9s %12.2f  %-28s %9.3f %9.3f %9.3f %9.3f\n", PATH_NAME[k], ts.p50, runs,
 		       ls.p50, ls.p90, ls.p99, ls.max);
 		cJSON *e = jx_add_obj(paths, PATH_NAME[k]);
@@ -802,8 +811,9 @@ int cmd_console(struct opts *o)
 		snprintf(key, sizeof key, "added_rtt_p99_ms_%s", PATH_NAME[k]);
 		jx_add_num(root, key, round((p99[k] - p99[P_DIRECT]) * 1000) / 1000);
 	}
-	printf("  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
-	       "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
+	printf(
+	    "  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
+	    "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
 	if (bench_mkdirs(o->out_dir) == 0) {
 		char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
 		char *text = jx_print(root);

@@ -72,7 +72,7 @@ struct helper {
 	int uidx;
 	char user[64];
 	char sid[40];
-	int ours;   /* started by us: end it afterwards */
+	int ours; /* started by us: end it afterwards */
 };
 
 /* A ready session for user uidx (started, or the user's open one when it is
@@ -115,8 +115,8 @@ static int helper_start(const struct opts *o, const char *lesson, struct helper 
 		if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
 		    util_mono_s() - t0 < timeout && !bench_sleep(2))
 			continue;
-		fprintf(stderr, "labvm-bench: %s cannot start %s: %ld %s%s\n", h->user, lesson, code,
-			code ? bapi_error_code(s) : "", code ? "" : a.msg);
+		fprintf(stderr, "labvm-bench: %s cannot start %s: %ld %s%s\n", h->user, lesson,
+		        code, code ? bapi_error_code(s) : "", code ? "" : a.msg);
 		goto out;
 	}
 	bench_copy(h->sid, sizeof h->sid, kj_str(s, "id"));
@@ -131,8 +131,8 @@ static int helper_start(const struct opts *o, const char *lesson, struct helper 
 			break;
 		}
 		if (st && strcmp(st, "starting") != 0) {
-			fprintf(stderr, "labvm-bench: %s's %s session is %s: %s\n", h->user, lesson, st,
-				kj_str(g, "error") ? kj_str(g, "error") : "");
+			fprintf(stderr, "labvm-bench: %s's %s session is %s: %s\n", h->user, lesson,
+			        st, kj_str(g, "error") ? kj_str(g, "error") : "");
 			cJSON_Delete(g);
 			break;
 		}
@@ -175,7 +175,7 @@ static int helpers_start(const struct opts *o, const char *lesson, struct helper
 	int *joined = xcalloc((size_t)n, sizeof *joined);
 	int rc = 0;
 	for (int i = 0; i < n; i++) {
-		x[i] = (struct hstart){ o, lesson, &h[i], -1 };
+		x[i] = (struct hstart){o, lesson, &h[i], -1};
 		joined[i] = pthread_create(&th[i], NULL, helper_thread, &x[i]) == 0;
 		if (!joined[i])
 			helper_thread(&x[i]);
@@ -195,12 +195,13 @@ static int helpers_start(const struct opts *o, const char *lesson, struct helper
 static void helper_end(const struct opts *o, struct helper *h)
 {
 	struct bapi a;
-	if (!h->ours || !h->sid[0] || bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
+	if (!h->ours || !h->sid[0] ||
+	    bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
 		return;
 	char *p = xasprintf("/api/sessions/%s", h->sid);
 	for (int i = 0; i < 3 && bapi_call(&a, "DELETE", p, NULL, NULL) != 200; i++)
 		fprintf(stderr, "labvm-bench: ending %s's session: %s (retrying)\n", h->user,
-			a.msg[0] ? a.msg : "HTTP error");
+		        a.msg[0] ? a.msg : "HTTP error");
 	free(p);
 	bapi_cleanup(&a);
 	h->ours = 0;
@@ -210,13 +211,13 @@ static void helper_end(const struct opts *o, struct helper *h)
 
 struct load {
 	const struct opts *o;
-	const char *path_fmt;       /* "/api/sessions/%s" or a fixed path */
+	const char *path_fmt; /* "/api/sessions/%s" or a fixed path */
 	struct helper *helpers;
 	int nhelpers;
-	double t_measure, t_end;    /* monotonic */
+	double t_measure, t_end; /* monotonic */
 	pthread_mutex_t mu;
 	struct dvec lat, app;
-	long statuses[6];           /* 0 (no answer), 1xx..5xx */
+	long statuses[6]; /* 0 (no answer), 1xx..5xx */
 	long ok;
 	long done_total;
 	int expect;
@@ -233,10 +234,10 @@ static void *load_worker(void *arg)
 	struct load *l = t->l;
 	const struct helper *h = &l->helpers[t->i % l->nhelpers];
 	struct bapi a;
-	struct dvec lat = { 0 }, app = { 0 };
-	long st[6] = { 0 }, ok = 0, total = 0;
+	struct dvec lat = {0}, app = {0};
+	long st[6] = {0}, ok = 0, total = 0;
 	char *path = strstr(l->path_fmt, "%s") ? xasprintf("/api/sessions/%s", h->sid)
-					       : xstrdup(l->path_fmt);
+	                                       : xstrdup(l->path_fmt);
 
 	if (bapi_init(&a, l->o->url, h->user, bench_password(l->o, h->uidx)) < 0) {
 		free(path);
@@ -281,10 +282,10 @@ static const struct {
 	const char *shown;
 	int expect;
 } TARGETS[] = {
-	{ "status", "/api/sessions/%s", "GET /api/sessions/{id} (ready)", 200 },
-	{ "lessons", "/api/lessons", "GET /api/lessons", 200 },
-	{ "current", "/api/sessions/current", "GET /api/sessions/current", 200 },
-	{ "healthz", "/api/healthz", "GET /api/healthz", 200 },
+    {"status", "/api/sessions/%s", "GET /api/sessions/{id} (ready)", 200},
+    {"lessons", "/api/lessons", "GET /api/lessons", 200},
+    {"current", "/api/sessions/current", "GET /api/sessions/current", 200},
+    {"healthz", "/api/healthz", "GET /api/healthz", 200},
 };
 #define NTARGETS (sizeof TARGETS / sizeof TARGETS[0])
 
@@ -312,9 +313,10 @@ int cmd_api(struct opts *o)
 	for (char *t = strtok_r(copyt, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		int k = target_index(t);
 		if (k < 0) {
-			fprintf(stderr, "labvm-bench api: unknown target %s (status, lessons, "
-					"current, healthz)\n",
-				t);
+			fprintf(stderr,
+			        "labvm-bench api: unknown target %s (status, lessons, "
+			        "current, healthz)\n",
+			        t);
 			free(copyt);
 			free(names);
 			return 2;
@@ -335,7 +337,8 @@ int cmd_api(struct opts *o)
 	printf("labvm-bench api: %d connections, %.0f s per target after %.0f s warm-up, against "
 	       "%s\n",
 	       o->connections, o->duration_s, o->warmup_s, o->url);
-	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh, lesson);
+	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh,
+	       lesson);
 	fflush(stdout);
 	if (helpers_start(o, lesson, h, nh) < 0) {
 		rc = 1;
@@ -348,11 +351,13 @@ int cmd_api(struct opts *o)
 	jx_add_num(root, "connections", o->connections);
 	jx_add_num(root, "duration_s", o->duration_s);
 	jx_add_num(root, "warmup_s", o->warmup_s);
-	jx_add_str(root, "latency", "client side, request to last byte, ms; percentiles by linear "
-				    "interpolation");
+	jx_add_str(root, "latency",
+	           "client side, request to last byte, ms; percentiles by linear "
+	           "interpolation");
 	jx_add_str(root, "app", "the answer's Server-Timing app;dur (labvm.fcgi's own time), ms");
-	printf("\n  %-8s %-32s %8s %9s %7s %8s %8s %8s %8s %8s %8s\n", "target", "request", "answers",
-	       "req/s", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "app p50", "app p99");
+	printf("\n  %-8s %-32s %8s %9s %7s %8s %8s %8s %8s %8s %8s\n", "target", "request",
+	       "answers", "req/s", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "app p50",
+	       "app p99");
 	for (int ti = 0; ti < nnames && !bench_stop; ti++) {
 		int k = names[ti];
 		struct load l;
@@ -377,7 +382,8 @@ int cmd_api(struct opts *o)
 			started++;
 		}
 		struct progress p;
-		progress_start(&p, TARGETS[k].name, (size_t)(o->warmup_s + o->duration_s), o->quiet);
+		progress_start(&p, TARGETS[k].name, (size_t)(o->warmup_s + o->duration_s),
+		               o->quiet);
 		while (util_mono_s() < l.t_end && !bench_stop) {
 			progress_show(&p, (size_t)(util_mono_s() - t0), "seconds", 0);
 			bench_sleep(0.2);
@@ -391,8 +397,8 @@ int cmd_api(struct opts *o)
 		long errors = (long)l.lat.n - l.ok;
 		double rps = (double)l.lat.n / o->duration_s;
 		printf("  %-8s %-32s %8zu %9.0f %7ld %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
-		       TARGETS[k].name, TARGETS[k].shown, l.lat.n, rps, errors, ls.p50, ls.p90, ls.p99,
-		       ls.max, as.p50, as.p99);
+		       TARGETS[k].name, TARGETS[k].shown, l.lat.n, rps, errors, ls.p50, ls.p90,
+		       ls.p99, ls.max, as.p50, as.p99);
 		fflush(stdout);
 		cJSON *e = jx_obj();
 		jx_add_str(e, "target", TARGETS[k].name);
@@ -401,7 +407,7 @@ int cmd_api(struct opts *o)
 		jnum(e, "req_per_s", rps, 0.1);
 		jx_add_num(e, "errors", (double)errors);
 		cJSON *sc = jx_add_obj(e, "status_classes");
-		static const char *const cls[6] = { "none", "1xx", "2xx", "3xx", "4xx", "5xx" };
+		static const char *const cls[6] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
 		for (int i = 0; i < 6; i++)
 			if (l.statuses[i])
 				jx_add_num(sc, cls[i], (double)l.statuses[i]);
@@ -443,7 +449,7 @@ struct bthread {
 	long code;
 	char err[40];
 	char sid[40];
-	double sent, answered;   /* monotonic */
+	double sent, answered; /* monotonic */
 	double ms, app_ms, kube_ms;
 	double capacity, in_use; /* from a capacity_full answer */
 };
@@ -455,7 +461,7 @@ struct burst {
 	/* sampler */
 	volatile int sampling;
 	double t0;
-	struct dvec st, sc;      /* sample time (s from t0), count */
+	struct dvec st, sc; /* sample time (s from t0), count */
 	long max_count;
 	long failures;
 };
@@ -516,7 +522,7 @@ static void *sampler(void *arg)
 		}
 		double left = b->o->sample_ms / 1000.0 - (util_mono_s() - t);
 		if (left > 0) {
-			struct timespec ts = { 0, (long)(left * 1e9) };
+			struct timespec ts = {0, (long)(left * 1e9)};
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -556,15 +562,16 @@ int cmd_burst(struct opts *o)
 		return 2;
 	if (o->users > bench_user_count(o)) {
 		fprintf(stderr, "labvm-bench burst: --users %d but only %d users\n", o->users,
-			bench_user_count(o));
+		        bench_user_count(o));
 		return 2;
 	}
 	have_kube = bench_kube(o, &kc, &k) == 0;
 	printf("labvm-bench burst: %d users press start (%s) at once, %d round(s), against %s\n",
 	       o->users, lesson, o->rounds, o->url);
 	if (!have_kube)
-		printf("no cluster read access (--kube-url, --kube-token-file, --kube-ca): overshoot "
-		       "not measured\n");
+		printf(
+		    "no cluster read access (--kube-url, --kube-token-file, --kube-ca): overshoot "
+		    "not measured\n");
 	fflush(stdout);
 
 	cJSON *root = jx_obj(), *rounds = jx_add_arr(root, "rounds");
@@ -573,9 +580,10 @@ int cmd_burst(struct opts *o)
 	jx_add_str(root, "lesson", lesson);
 	jx_add_num(root, "users", o->users);
 	jx_add_num(root, "sample_ms", o->sample_ms);
-	jx_add_str(root, "latency", "client side, POST sent to last byte, ms; percentiles by linear "
-				    "interpolation");
-	struct dvec all_p99 = { 0 };
+	jx_add_str(root, "latency",
+	           "client side, POST sent to last byte, ms; percentiles by linear "
+	           "interpolation");
+	struct dvec all_p99 = {0};
 	long worst_overshoot = LONG_MIN;
 
 	for (int rnd = 1; rnd <= o->rounds && !bench_stop; rnd++) {
@@ -587,9 +595,10 @@ int cmd_burst(struct opts *o)
 		if (have_kube) {
 			before = wait_vms(o, &k, 0, 180);
 			if (before > 0)
-				printf("round %d: %ld lab VM(s) still in the cluster (after 180 s); "
-				       "capacity left is smaller\n",
-				       rnd, before);
+				printf(
+				    "round %d: %ld lab VM(s) still in the cluster (after 180 s); "
+				    "capacity left is smaller\n",
+				    rnd, before);
 		}
 		struct bthread *t = xcalloc((size_t)o->users, sizeof *t);
 		pthread_t *th = xcalloc((size_t)o->users, sizeof *th);
@@ -628,11 +637,12 @@ int cmd_burst(struct opts *o)
 		int nk = 0, admitted = 0;
 		memset(kinds, 0, sizeof kinds);
 		double capacity = o->capacity ? o->capacity : NAN, server_cap = NAN;
-		struct dvec lat = { 0 }, lat201 = { 0 }, app = { 0 }, kms = { 0 };
+		struct dvec lat = {0}, lat201 = {0}, app = {0}, kms = {0};
 		for (int i = 0; i < o->users; i++) {
 			int j;
 			for (j = 0; j < nk; j++)
-				if (kinds[j].code == t[i].code && strcmp(kinds[j].err, t[i].err) == 0)
+				if (kinds[j].code == t[i].code &&
+				    strcmp(kinds[j].err, t[i].err) == 0)
 					break;
 			if (j == nk && nk < 16) {
 				kinds[nk].code = t[i].code;
@@ -664,8 +674,8 @@ int cmd_burst(struct opts *o)
 		stats_compute(kms.v, kms.n, &ks);
 		dvec_push(&all_p99, ls.p99);
 
-		printf("\nround %d: %d POSTs in %.2f s (first sent to last answer)\n", rnd, o->users,
-		       t_last - t_go);
+		printf("\nround %d: %d POSTs in %.2f s (first sent to last answer)\n", rnd,
+		       o->users, t_last - t_go);
 		printf("  answers:");
 		for (int j = 0; j < nk; j++)
 			printf("%s %ld%s%s x%d", j ? "," : "", kinds[j].code,
@@ -679,23 +689,25 @@ int cmd_burst(struct opts *o)
 		long overshoot = LONG_MIN;
 		if (have_kube) {
 			overshoot = isfinite(capacity) ? b.max_count - (long)capacity : LONG_MIN;
-			printf("  lab VMs: %ld before, max %ld during (%zu samples, %ld failed), %ld "
-			       "after %.0f s; capacity %s",
-			       before, b.max_count, b.sc.n, b.failures, final, o->settle_s,
-			       isfinite(capacity) ? "" : "unknown");
+			printf(
+			    "  lab VMs: %ld before, max %ld during (%zu samples, %ld failed), %ld "
+			    "after %.0f s; capacity %s",
+			    before, b.max_count, b.sc.n, b.failures, final, o->settle_s,
+			    isfinite(capacity) ? "" : "unknown");
 			if (isfinite(capacity))
 				printf("%.0f%s", capacity,
-				       isfinite(server_cap) && o->capacity && server_cap != o->capacity
-					       ? " (the server said otherwise!)"
-					       : "");
+				       isfinite(server_cap) && o->capacity &&
+				               server_cap != o->capacity
+				           ? " (the server said otherwise!)"
+				           : "");
 			printf("\n");
 			if (overshoot != LONG_MIN)
 				printf("  overshoot (max VMs - capacity): %ld  -> %s\n", overshoot,
-				       overshoot > 0 ? "OVERSHOOT: capacity not strict" : "ok (0 or less)");
+				       overshoot > 0 ? "OVERSHOOT: capacity not strict"
+				                     : "ok (0 or less)");
 			if (overshoot > worst_overshoot)
 				worst_overshoot = overshoot;
-			if (isfinite(capacity) && before >= 0 &&
-			    admitted < (long)capacity - before)
+			if (isfinite(capacity) && before >= 0 && admitted < (long)capacity - before)
 				printf("  note: %d admitted, although %ld were free\n", admitted,
 				       (long)capacity - before);
 		}
@@ -722,7 +734,7 @@ int cmd_burst(struct opts *o)
 		if (have_kube) {
 			jx_add_num(e, "vms_before", (double)before);
 			jx_add_num(e, "vms_max", (double)b.max_count);
-			jx_add_num(e, "vms_final", (double)final);
+			jx_add_num(e, "vms_final", (double) final);
 			if (overshoot != LONG_MIN)
 				jx_add_num(e, "overshoot", (double)overshoot);
 			else
@@ -744,7 +756,7 @@ int cmd_burst(struct opts *o)
 		/* end what we started */
 		int ended = 0;
 		for (int i = 0; i < o->users; i++) {
-			struct helper h = { .uidx = t[i].uidx, .ours = t[i].code == 201 };
+			struct helper h = {.uidx = t[i].uidx, .ours = t[i].code == 201};
 			if (!h.ours || !t[i].sid[0])
 				continue;
 			bench_copy(h.user, sizeof h.user, t[i].user);

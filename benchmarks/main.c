@@ -21,16 +21,58 @@ volatile sig_atomic_t bench_stop;
 /* ------------------------------------------------------------- options */
 
 enum {
-	O_URL = 1000, O_CONSOLE_URL, O_KUBE_URL, O_KUBE_TOKEN_FILE, O_KUBE_CA, O_NAMESPACE,
-	O_LABEL_PREFIX, O_DATABASE, O_ENVIRONMENT, O_USER_FORMAT, O_FIRST, O_USER_COUNT,
-	O_USERS_FILE, O_PASSWORD_FILE, O_OUT, O_NAME, O_QUIET, O_LESSONS, O_N, O_CONCURRENCY,
-	O_POLL, O_TIMEOUT, O_RETRY_WAIT, O_ADMISSION_TIMEOUT, O_END_EXISTING, O_SIM_PROFILE,
-	O_TIME_SCALE, O_SINCE, O_UNTIL, O_DURATION, O_WARMUP, O_CONNECTIONS, O_TARGETS,
-	O_SESSIONS, O_LESSON, O_USERS, O_CAPACITY, O_SAMPLE_MS, O_ROUNDS, O_SETTLE, O_RUNS,
-	O_MB, O_KEYS, O_PATHS, O_RSS, O_IN, O_ENV, O_HELP,
+	O_URL = 1000,
+	O_CONSOLE_URL,
+	O_KUBE_URL,
+	O_KUBE_TOKEN_FILE,
+	O_KUBE_CA,
+	O_NAMESPACE,
+	O_LABEL_PREFIX,
+	O_DATABASE,
+	O_ENVIRONMENT,
+	O_USER_FORMAT,
+	O_FIRST,
+	O_USER_COUNT,
+	O_USERS_FILE,
+	O_PASSWORD_FILE,
+	O_OUT,
+	O_NAME,
+	O_QUIET,
+	O_LESSONS,
+	O_N,
+	O_CONCURRENCY,
+	O_POLL,
+	O_TIMEOUT,
+	O_RETRY_WAIT,
+	O_ADMISSION_TIMEOUT,
+	O_END_EXISTING,
+	O_SIM_PROFILE,
+	O_TIME_SCALE,
+	O_SINCE,
+	O_UNTIL,
+	O_DURATION,
+	O_WARMUP,
+	O_CONNECTIONS,
+	O_TARGETS,
+	O_SESSIONS,
+	O_LESSON,
+	O_USERS,
+	O_CAPACITY,
+	O_SAMPLE_MS,
+	O_ROUNDS,
+	O_SETTLE,
+	O_RUNS,
+	O_MB,
+	O_KEYS,
+	O_PATHS,
+	O_RSS,
+	O_IN,
+	O_ENV,
+	O_HELP,
 };
 
-#define ALL (CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
+#define ALL                                                                                        \
+	(CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
 #define HTTP (CMD_READINESS | CMD_API | CMD_BURST | CMD_CONSOLE)
 #define KUBE (CMD_READINESS | CMD_BURST | CMD_CONSOLE)
 #define RSET (CMD_READINESS | CMD_REPORT | CMD_PLOT)
@@ -45,54 +87,66 @@ struct optdef {
 };
 
 static const struct optdef OPTS[] = {
-	{ "env", 1, O_ENV, ALL & ~CMD_SELFTEST & ~CMD_PLOT, "FILE", "a stack's env file for the defaults below [.demo/env when LABVM_URL is unset]" },
-	{ "url", 1, O_URL, HTTP, "URL", "front end base URL [$LABVM_URL]" },
-	{ "users-file", 1, O_USERS_FILE, HTTP, "FILE", "\"user:password\" lines (instead of the next four)" },
-	{ "user-format", 1, O_USER_FORMAT, HTTP, "FMT", "user names, one %d [student%d]" },
-	{ "first", 1, O_FIRST, HTTP, "N", "first user number [1]" },
-	{ "user-count", 1, O_USER_COUNT, HTTP, "N", "users from --first on [200]" },
-	{ "password-file", 1, O_PASSWORD_FILE, HTTP, "FILE", "the users' password [$LABVM_PASSWORD]" },
-	{ "kube-url", 1, O_KUBE_URL, KUBE, "URL", "cluster API, read access [$LABVM_KUBE_URL]" },
-	{ "kube-token-file", 1, O_KUBE_TOKEN_FILE, KUBE, "FILE", "bearer token [$LABVM_KUBE_ADMIN_TOKEN_FILE]" },
-	{ "kube-ca", 1, O_KUBE_CA, KUBE, "FILE", "cluster CA [$LABVM_KUBE_CA]" },
-	{ "namespace", 1, O_NAMESPACE, KUBE, "NS", "lab namespace [$LABVM_NAMESPACE or labs]" },
-	{ "label-prefix", 1, O_LABEL_PREFIX, KUBE, "P", "label prefix [labvm.io]" },
-	{ "console-url", 1, O_CONSOLE_URL, CMD_CONSOLE, "URL", "the bridge itself [$LABVM_CONSOLE_URL]" },
-	{ "database", 1, O_DATABASE, CMD_REPORT, "CONNINFO", "libpq conninfo [$LABVM_DATABASE]" },
-	{ "environment", 1, O_ENVIRONMENT, CMD_REPORT, "ENV", "sessions of this environment [$LABVM_ENVIRONMENT]" },
-	{ "out", 1, O_OUT, RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST, "DIR", "output folder [labvm-bench-out]" },
-	{ "name", 1, O_NAME, RSET | CMD_API | CMD_BURST | CMD_CONSOLE, "STEM", "output file stem [the subcommand]" },
-	{ "quiet", 0, O_QUIET, ALL, NULL, "no live progress line" },
-	{ "lessons", 1, O_LESSONS, RSET, "A,B", "lessons (readiness: interleaved; report: filter)" },
-	{ "n", 1, O_N, CMD_READINESS, "N", "sessions per lesson [10]" },
-	{ "concurrency", 1, O_CONCURRENCY, CMD_READINESS, "C", "sessions starting at once [4]" },
-	{ "poll", 1, O_POLL, CMD_READINESS, "S", "poll interval, like the page [1.0]" },
-	{ "timeout", 1, O_TIMEOUT, CMD_READINESS, "S", "give up on a session after [1200]" },
-	{ "retry-wait", 1, O_RETRY_WAIT, CMD_READINESS, "S", "wait after capacity_full, at most Retry-After [2]" },
-	{ "admission-timeout", 1, O_ADMISSION_TIMEOUT, CMD_READINESS, "S", "give up waiting for capacity [900]" },
-	{ "end-existing", 0, O_END_EXISTING, CMD_READINESS | CMD_CONSOLE | CMD_API, NULL, "end a bench user's open session first" },
-	{ "sim-profile", 1, O_SIM_PROFILE, CMD_READINESS, "NAME", "simulator only: delay profile for the run, restored after" },
-	{ "time-scale", 1, O_TIME_SCALE, CMD_READINESS, "F", "simulator only: with --sim-profile [1.0]" },
-	{ "since", 1, O_SINCE, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [24h]" },
-	{ "until", 1, O_UNTIL, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [now]" },
-	{ "duration", 1, O_DURATION, CMD_API, "S", "seconds per target [10]" },
-	{ "warmup", 1, O_WARMUP, CMD_API, "S", "not counted, before each target [1]" },
-	{ "connections", 1, O_CONNECTIONS, CMD_API, "C", "keep-alive connections [16]" },
-	{ "targets", 1, O_TARGETS, CMD_API, "LIST", "status,lessons,current,healthz [status,lessons]" },
-	{ "sessions", 1, O_SESSIONS, CMD_API, "N", "ready sessions polled by \"status\" [2]" },
-	{ "lesson", 1, O_LESSON, CMD_API | CMD_BURST | CMD_CONSOLE, "ID", "lesson of the sessions [debian-golden; console: linux-basics]" },
-	{ "users", 1, O_USERS, CMD_BURST, "M", "users pressing start at once [200]" },
-	{ "capacity", 1, O_CAPACITY, CMD_BURST, "C", "expected vm_capacity [the server's capacity_full answers]" },
-	{ "sample-ms", 1, O_SAMPLE_MS, CMD_BURST, "MS", "VM count sampling period [20]" },
-	{ "rounds", 1, O_ROUNDS, CMD_BURST, "R", "bursts, one after the other [1]" },
-	{ "settle", 1, O_SETTLE, CMD_BURST, "S", "keep sampling after the last answer [3]" },
-	{ "runs", 1, O_RUNS, CMD_CONSOLE, "N", "interleaved runs per path [3]" },
-	{ "mb", 1, O_MB, CMD_CONSOLE, "MB", "console output per throughput run [10]" },
-	{ "keys", 1, O_KEYS, CMD_CONSOLE, "N", "keystrokes per latency run [100]" },
-	{ "paths", 1, O_PATHS, CMD_CONSOLE, "LIST", "direct,bridge,frontend [all three]" },
-	{ "rss", 0, O_RSS, CMD_CONSOLE, NULL, "also benchmarks/console-bench.py --only rss" },
-	{ "in", 1, O_IN, CMD_PLOT, "F.json,..", "readiness or report JSON files (merged)" },
-	{ "help", 0, O_HELP, ALL, NULL, "this text" },
+    {"env", 1, O_ENV, ALL & ~CMD_SELFTEST & ~CMD_PLOT, "FILE",
+     "a stack's env file for the defaults below [.demo/env when LABVM_URL is unset]"},
+    {"url", 1, O_URL, HTTP, "URL", "front end base URL [$LABVM_URL]"},
+    {"users-file", 1, O_USERS_FILE, HTTP, "FILE",
+     "\"user:password\" lines (instead of the next four)"},
+    {"user-format", 1, O_USER_FORMAT, HTTP, "FMT", "user names, one %d [student%d]"},
+    {"first", 1, O_FIRST, HTTP, "N", "first user number [1]"},
+    {"user-count", 1, O_USER_COUNT, HTTP, "N", "users from --first on [200]"},
+    {"password-file", 1, O_PASSWORD_FILE, HTTP, "FILE", "the users' password [$LABVM_PASSWORD]"},
+    {"kube-url", 1, O_KUBE_URL, KUBE, "URL", "cluster API, read access [$LABVM_KUBE_URL]"},
+    {"kube-token-file", 1, O_KUBE_TOKEN_FILE, KUBE, "FILE",
+     "bearer token [$LABVM_KUBE_ADMIN_TOKEN_FILE]"},
+    {"kube-ca", 1, O_KUBE_CA, KUBE, "FILE", "cluster CA [$LABVM_KUBE_CA]"},
+    {"namespace", 1, O_NAMESPACE, KUBE, "NS", "lab namespace [$LABVM_NAMESPACE or labs]"},
+    {"label-prefix", 1, O_LABEL_PREFIX, KUBE, "P", "label prefix [labvm.io]"},
+    {"console-url", 1, O_CONSOLE_URL, CMD_CONSOLE, "URL", "the bridge itself [$LABVM_CONSOLE_URL]"},
+    {"database", 1, O_DATABASE, CMD_REPORT, "CONNINFO", "libpq conninfo [$LABVM_DATABASE]"},
+    {"environment", 1, O_ENVIRONMENT, CMD_REPORT, "ENV",
+     "sessions of this environment [$LABVM_ENVIRONMENT]"},
+    {"out", 1, O_OUT, RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST, "DIR",
+     "output folder [labvm-bench-out]"},
+    {"name", 1, O_NAME, RSET | CMD_API | CMD_BURST | CMD_CONSOLE, "STEM",
+     "output file stem [the subcommand]"},
+    {"quiet", 0, O_QUIET, ALL, NULL, "no live progress line"},
+    {"lessons", 1, O_LESSONS, RSET, "A,B", "lessons (readiness: interleaved; report: filter)"},
+    {"n", 1, O_N, CMD_READINESS, "N", "sessions per lesson [10]"},
+    {"concurrency", 1, O_CONCURRENCY, CMD_READINESS, "C", "sessions starting at once [4]"},
+    {"poll", 1, O_POLL, CMD_READINESS, "S", "poll interval, like the page [1.0]"},
+    {"timeout", 1, O_TIMEOUT, CMD_READINESS, "S", "give up on a session after [1200]"},
+    {"retry-wait", 1, O_RETRY_WAIT, CMD_READINESS, "S",
+     "wait after capacity_full, at most Retry-After [2]"},
+    {"admission-timeout", 1, O_ADMISSION_TIMEOUT, CMD_READINESS, "S",
+     "give up waiting for capacity [900]"},
+    {"end-existing", 0, O_END_EXISTING, CMD_READINESS | CMD_CONSOLE | CMD_API, NULL,
+     "end a bench user's open session first"},
+    {"sim-profile", 1, O_SIM_PROFILE, CMD_READINESS, "NAME",
+     "simulator only: delay profile for the run, restored after"},
+    {"time-scale", 1, O_TIME_SCALE, CMD_READINESS, "F", "simulator only: with --sim-profile [1.0]"},
+    {"since", 1, O_SINCE, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [24h]"},
+    {"until", 1, O_UNTIL, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [now]"},
+    {"duration", 1, O_DURATION, CMD_API, "S", "seconds per target [10]"},
+    {"warmup", 1, O_WARMUP, CMD_API, "S", "not counted, before each target [1]"},
+    {"connections", 1, O_CONNECTIONS, CMD_API, "C", "keep-alive connections [16]"},
+    {"targets", 1, O_TARGETS, CMD_API, "LIST", "status,lessons,current,healthz [status,lessons]"},
+    {"sessions", 1, O_SESSIONS, CMD_API, "N", "ready sessions polled by \"status\" [2]"},
+    {"lesson", 1, O_LESSON, CMD_API | CMD_BURST | CMD_CONSOLE, "ID",
+     "lesson of the sessions [debian-golden; console: linux-basics]"},
+    {"users", 1, O_USERS, CMD_BURST, "M", "users pressing start at once [200]"},
+    {"capacity", 1, O_CAPACITY, CMD_BURST, "C",
+     "expected vm_capacity [the server's capacity_full answers]"},
+    {"sample-ms", 1, O_SAMPLE_MS, CMD_BURST, "MS", "VM count sampling period [20]"},
+    {"rounds", 1, O_ROUNDS, CMD_BURST, "R", "bursts, one after the other [1]"},
+    {"settle", 1, O_SETTLE, CMD_BURST, "S", "keep sampling after the last answer [3]"},
+    {"runs", 1, O_RUNS, CMD_CONSOLE, "N", "interleaved runs per path [3]"},
+    {"mb", 1, O_MB, CMD_CONSOLE, "MB", "console output per throughput run [10]"},
+    {"keys", 1, O_KEYS, CMD_CONSOLE, "N", "keystrokes per latency run [100]"},
+    {"paths", 1, O_PATHS, CMD_CONSOLE, "LIST", "direct,bridge,frontend [all three]"},
+    {"rss", 0, O_RSS, CMD_CONSOLE, NULL, "also benchmarks/console-bench.py --only rss"},
+    {"in", 1, O_IN, CMD_PLOT, "F.json,..", "readiness or report JSON files (merged)"},
+    {"help", 0, O_HELP, ALL, NULL, "this text"},
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -102,41 +156,44 @@ static const struct {
 	int (*fn)(struct opts *);
 	const char *what;
 } CMDS[] = {
-	{ "readiness", CMD_READINESS, cmd_readiness,
-	  "start sessions as N students would; distribution of every stage per disk source" },
-	{ "report", CMD_REPORT, cmd_report,
-	  "the same distributions from the session rows in PostgreSQL (no new load)" },
-	{ "api", CMD_API, cmd_api, "GET load through the front end: req/s, p50/p99" },
-	{ "burst", CMD_BURST, cmd_burst,
-	  "M users press start at once against capacity C: answers, p99, overshoot" },
-	{ "console", CMD_CONSOLE, cmd_console,
-	  "console throughput and keystroke latency: bridge vs direct" },
-	{ "plot", CMD_PLOT, cmd_plot,
-	  "table, CSV, JSON and SVG again from readiness/report JSON files (merged)" },
-	{ "selftest", CMD_SELFTEST, cmd_selftest, "check stats, CSV, JSON and SVG writers offline" },
+    {"readiness", CMD_READINESS, cmd_readiness,
+     "start sessions as N students would; distribution of every stage per disk source"},
+    {"report", CMD_REPORT, cmd_report,
+     "the same distributions from the session rows in PostgreSQL (no new load)"},
+    {"api", CMD_API, cmd_api, "GET load through the front end: req/s, p50/p99"},
+    {"burst", CMD_BURST, cmd_burst,
+     "M users press start at once against capacity C: answers, p99, overshoot"},
+    {"console", CMD_CONSOLE, cmd_console,
+     "console throughput and keystroke latency: bridge vs direct"},
+    {"plot", CMD_PLOT, cmd_plot,
+     "table, CSV, JSON and SVG again from readiness/report JSON files (merged)"},
+    {"selftest", CMD_SELFTEST, cmd_selftest, "check stats, CSV, JSON and SVG writers offline"},
 };
 #define NCMDS (sizeof CMDS / sizeof CMDS[0])
 
 static void usage(FILE *f, int cmd_index)
 {
 	if (cmd_index < 0) {
-		fprintf(f, "usage: labvm-bench COMMAND [options]   (labvm-bench COMMAND --help)\n\n");
+		fprintf(f,
+		        "usage: labvm-bench COMMAND [options]   (labvm-bench COMMAND --help)\n\n");
 		for (size_t i = 0; i < NCMDS; i++)
 			fprintf(f, "  %-10s %s\n", CMDS[i].name, CMDS[i].what);
-		fprintf(f, "\nTargets default to the LABVM_* variables of the environment, then of a "
-			   "stack's env\nfile (--env FILE, $LABVM_ENV_FILE, or .demo/env when LABVM_URL "
-			   "is unset):\n  make demo-up; labvm-bench readiness --lessons "
-			   "debian-golden --n 10\n");
+		fprintf(
+		    f,
+		    "\nTargets default to the LABVM_* variables of the environment, then of a "
+		    "stack's env\nfile (--env FILE, $LABVM_ENV_FILE, or .demo/env when LABVM_URL "
+		    "is unset):\n  make demo-up; labvm-bench readiness --lessons "
+		    "debian-golden --n 10\n");
 		return;
 	}
 	fprintf(f, "usage: labvm-bench %s [options]\n  %s\n\n", CMDS[cmd_index].name,
-		CMDS[cmd_index].what);
+	        CMDS[cmd_index].what);
 	for (size_t i = 0; i < NOPTS; i++) {
 		char left[64];
 		if (!(OPTS[i].cmds & CMDS[cmd_index].cmd))
 			continue;
 		snprintf(left, sizeof left, "--%s%s%s", OPTS[i].name, OPTS[i].arg ? " " : "",
-			 OPTS[i].arg ? OPTS[i].arg : "");
+		         OPTS[i].arg ? OPTS[i].arg : "");
 		fprintf(f, "  %-26s %s\n", left, OPTS[i].help);
 	}
 }
@@ -154,7 +211,7 @@ static int num_arg(const char *opt, const char *v, double min, double max, doubl
 	double d = strtod(v, &end);
 	if (errno || end == v || *end || !isfinite(d) || d < min || d > max) {
 		fprintf(stderr, "labvm-bench: --%s %s: expected a number in [%g, %g]\n", opt, v,
-			min, max);
+		        min, max);
 		return -1;
 	}
 	*out = d;
@@ -316,7 +373,7 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 			break;
 		if (c == '?' || c == ':') {
 			fprintf(stderr, "labvm-bench %s: unknown option or missing value: %s\n",
-				o->cmd_name, argv[optind - 1]);
+			        o->cmd_name, argv[optind - 1]);
 			return -1;
 		}
 		const struct optdef *d = NULL;
@@ -325,26 +382,52 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 				d = &OPTS[i];
 		if (!d || !(d->cmds & o->cmd)) {
 			fprintf(stderr, "labvm-bench %s: --%s does not apply here\n", o->cmd_name,
-				d ? d->name : "?");
+			        d ? d->name : "?");
 			return -1;
 		}
 		const char *v = optarg;
 		double x;
 		int rc = 0;
 		switch (c) {
-		case O_URL: set_str(&o->url, v); break;
-		case O_CONSOLE_URL: set_str(&o->console_url, v); break;
-		case O_KUBE_URL: set_str(&o->kube_url, v); break;
-		case O_KUBE_TOKEN_FILE: set_str(&o->kube_token_file, v); break;
-		case O_KUBE_CA: set_str(&o->kube_ca, v); break;
-		case O_NAMESPACE: set_str(&o->namespace_, v); break;
-		case O_LABEL_PREFIX: set_str(&o->label_prefix, v); break;
-		case O_DATABASE: set_str(&o->database, v); break;
-		case O_ENVIRONMENT: set_str(&o->environment, v); break;
-		case O_USER_FORMAT: set_str(&o->user_format, v); break;
-		case O_FIRST: rc = int_arg(d->name, v, 0, 1000000000, &o->first); break;
-		case O_USER_COUNT: rc = int_arg(d->name, v, 1, 1000000, &o->user_count); break;
-		case O_USERS_FILE: set_str(&o->users_file, v); break;
+		case O_URL:
+			set_str(&o->url, v);
+			break;
+		case O_CONSOLE_URL:
+			set_str(&o->console_url, v);
+			break;
+		case O_KUBE_URL:
+			set_str(&o->kube_url, v);
+			break;
+		case O_KUBE_TOKEN_FILE:
+			set_str(&o->kube_token_file, v);
+			break;
+		case O_KUBE_CA:
+			set_str(&o->kube_ca, v);
+			break;
+		case O_NAMESPACE:
+			set_str(&o->namespace_, v);
+			break;
+		case O_LABEL_PREFIX:
+			set_str(&o->label_prefix, v);
+			break;
+		case O_DATABASE:
+			set_str(&o->database, v);
+			break;
+		case O_ENVIRONMENT:
+			set_str(&o->environment, v);
+			break;
+		case O_USER_FORMAT:
+			set_str(&o->user_format, v);
+			break;
+		case O_FIRST:
+			rc = int_arg(d->name, v, 0, 1000000000, &o->first);
+			break;
+		case O_USER_COUNT:
+			rc = int_arg(d->name, v, 1, 1000000, &o->user_count);
+			break;
+		case O_USERS_FILE:
+			set_str(&o->users_file, v);
+			break;
 		case O_PASSWORD_FILE: {
 			char *p = read_secret_file(v);
 			if (!p)
@@ -353,49 +436,116 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 			o->password = p;
 			break;
 		}
-		case O_OUT: set_str(&o->out_dir, v); break;
-		case O_NAME: set_str(&o->name, v); break;
-		case O_QUIET: o->quiet = 1; break;
-		case O_LESSONS: set_str(&o->lessons_arg, v); break;
-		case O_N: rc = int_arg(d->name, v, 1, 100000, &o->n); break;
-		case O_CONCURRENCY: rc = int_arg(d->name, v, 1, 1000, &o->concurrency); break;
-		case O_POLL: rc = num_arg(d->name, v, 0.01, 60, &o->poll_s); break;
-		case O_TIMEOUT: rc = num_arg(d->name, v, 1, 86400, &o->timeout_s); break;
-		case O_RETRY_WAIT: rc = num_arg(d->name, v, 0.01, 600, &o->retry_wait_s); break;
+		case O_OUT:
+			set_str(&o->out_dir, v);
+			break;
+		case O_NAME:
+			set_str(&o->name, v);
+			break;
+		case O_QUIET:
+			o->quiet = 1;
+			break;
+		case O_LESSONS:
+			set_str(&o->lessons_arg, v);
+			break;
+		case O_N:
+			rc = int_arg(d->name, v, 1, 100000, &o->n);
+			break;
+		case O_CONCURRENCY:
+			rc = int_arg(d->name, v, 1, 1000, &o->concurrency);
+			break;
+		case O_POLL:
+			rc = num_arg(d->name, v, 0.01, 60, &o->poll_s);
+			break;
+		case O_TIMEOUT:
+			rc = num_arg(d->name, v, 1, 86400, &o->timeout_s);
+			break;
+		case O_RETRY_WAIT:
+			rc = num_arg(d->name, v, 0.01, 600, &o->retry_wait_s);
+			break;
 		case O_ADMISSION_TIMEOUT:
 			rc = num_arg(d->name, v, 0, 86400, &o->admission_timeout_s);
 			break;
-		case O_END_EXISTING: o->end_existing = 1; break;
-		case O_SIM_PROFILE: set_str(&o->sim_profile, v); break;
-		case O_TIME_SCALE: rc = num_arg(d->name, v, 0.001, 1000, &o->sim_time_scale); break;
-		case O_SINCE: set_str(&o->since, v); break;
-		case O_UNTIL: set_str(&o->until, v); break;
-		case O_DURATION: rc = num_arg(d->name, v, 0.1, 86400, &o->duration_s); break;
-		case O_WARMUP: rc = num_arg(d->name, v, 0, 3600, &o->warmup_s); break;
-		case O_CONNECTIONS: rc = int_arg(d->name, v, 1, 1000, &o->connections); break;
-		case O_TARGETS: set_str(&o->targets, v); break;
-		case O_SESSIONS: rc = int_arg(d->name, v, 1, 1000, &o->sessions); break;
-		case O_LESSON: set_str(&o->lesson, v); break;
-		case O_USERS: rc = int_arg(d->name, v, 1, 100000, &o->users); break;
-		case O_CAPACITY: rc = int_arg(d->name, v, 1, 100000, &o->capacity); break;
-		case O_SAMPLE_MS: rc = num_arg(d->name, v, 1, 10000, &o->sample_ms); break;
-		case O_ROUNDS: rc = int_arg(d->name, v, 1, 1000, &o->rounds); break;
-		case O_SETTLE: rc = num_arg(d->name, v, 0, 600, &x), o->settle_s = x; break;
-		case O_RUNS: rc = int_arg(d->name, v, 1, 1000, &o->runs); break;
-		case O_MB: rc = int_arg(d->name, v, 1, 10000, &o->mb); break;
-		case O_KEYS: rc = int_arg(d->name, v, 1, 100000, &o->keys); break;
-		case O_PATHS: set_str(&o->paths, v); break;
-		case O_RSS: o->rss = 1; break;
-		case O_IN: set_str(&o->in, v); break;
-		case O_ENV: break; /* read before the defaults: see load_env_file */
-		case O_HELP: usage(stdout, ci); exit(0);
-		default: return -1;
+		case O_END_EXISTING:
+			o->end_existing = 1;
+			break;
+		case O_SIM_PROFILE:
+			set_str(&o->sim_profile, v);
+			break;
+		case O_TIME_SCALE:
+			rc = num_arg(d->name, v, 0.001, 1000, &o->sim_time_scale);
+			break;
+		case O_SINCE:
+			set_str(&o->since, v);
+			break;
+		case O_UNTIL:
+			set_str(&o->until, v);
+			break;
+		case O_DURATION:
+			rc = num_arg(d->name, v, 0.1, 86400, &o->duration_s);
+			break;
+		case O_WARMUP:
+			rc = num_arg(d->name, v, 0, 3600, &o->warmup_s);
+			break;
+		case O_CONNECTIONS:
+			rc = int_arg(d->name, v, 1, 1000, &o->connections);
+			break;
+		case O_TARGETS:
+			set_str(&o->targets, v);
+			break;
+		case O_SESSIONS:
+			rc = int_arg(d->name, v, 1, 1000, &o->sessions);
+			break;
+		case O_LESSON:
+			set_str(&o->lesson, v);
+			break;
+		case O_USERS:
+			rc = int_arg(d->name, v, 1, 100000, &o->users);
+			break;
+		case O_CAPACITY:
+			rc = int_arg(d->name, v, 1, 100000, &o->capacity);
+			break;
+		case O_SAMPLE_MS:
+			rc = num_arg(d->name, v, 1, 10000, &o->sample_ms);
+			break;
+		case O_ROUNDS:
+			rc = int_arg(d->name, v, 1, 1000, &o->rounds);
+			break;
+		case O_SETTLE:
+			rc = num_arg(d->name, v, 0, 600, &x), o->settle_s = x;
+			break;
+		case O_RUNS:
+			rc = int_arg(d->name, v, 1, 1000, &o->runs);
+			break;
+		case O_MB:
+			rc = int_arg(d->name, v, 1, 10000, &o->mb);
+			break;
+		case O_KEYS:
+			rc = int_arg(d->name, v, 1, 100000, &o->keys);
+			break;
+		case O_PATHS:
+			set_str(&o->paths, v);
+			break;
+		case O_RSS:
+			o->rss = 1;
+			break;
+		case O_IN:
+			set_str(&o->in, v);
+			break;
+		case O_ENV:
+			break; /* read before the defaults: see load_env_file */
+		case O_HELP:
+			usage(stdout, ci);
+			exit(0);
+		default:
+			return -1;
 		}
 		if (rc < 0)
 			return -1;
 	}
 	if (optind < argc) {
-		fprintf(stderr, "labvm-bench %s: unexpected argument %s\n", o->cmd_name, argv[optind]);
+		fprintf(stderr, "labvm-bench %s: unexpected argument %s\n", o->cmd_name,
+		        argv[optind]);
 		return -1;
 	}
 	if (o->lessons_arg)
@@ -407,10 +557,11 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 
 static void opts_free(struct opts *o)
 {
-	char **strs[] = { &o->url, &o->console_url, &o->kube_url, &o->kube_token_file, &o->kube_ca,
-			  &o->namespace_, &o->label_prefix, &o->environment, &o->user_format,
-			  &o->users_file, &o->out_dir, &o->name, &o->lessons_arg, &o->sim_profile,
-			  &o->since, &o->until, &o->targets, &o->lesson, &o->paths, &o->in };
+	char **strs[] = {&o->url,         &o->console_url, &o->kube_url,     &o->kube_token_file,
+	                 &o->kube_ca,     &o->namespace_,  &o->label_prefix, &o->environment,
+	                 &o->user_format, &o->users_file,  &o->out_dir,      &o->name,
+	                 &o->lessons_arg, &o->sim_profile, &o->since,        &o->until,
+	                 &o->targets,     &o->lesson,      &o->paths,        &o->in};
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
 		free(*strs[i]);
 		*strs[i] = NULL;
@@ -433,7 +584,7 @@ static void opts_free(struct opts *o)
 static void on_signal(int sig)
 {
 	static const char msg[] =
-		"\nlabvm-bench: stopping: ending the sessions it started (Ctrl-C again to quit now)\n";
+	    "\nlabvm-bench: stopping: ending the sessions it started (Ctrl-C again to quit now)\n";
 	if (bench_stop) {
 		signal(sig, SIG_DFL);
 		raise(sig);
@@ -467,7 +618,7 @@ int bench_sleep(double s)
 			return 0;
 		if (left > 0.05)
 			left = 0.05;
-		struct timespec ts = { 0, (long)(left * 1e9) };
+		struct timespec ts = {0, (long)(left * 1e9)};
 		nanosleep(&ts, NULL);
 	}
 }
@@ -484,7 +635,7 @@ int bench_users_load(struct opts *o)
 		char *save = NULL;
 		if (!text) {
 			fprintf(stderr, "labvm-bench: cannot read %s: %s\n", o->users_file,
-				strerror(errno));
+			        strerror(errno));
 			return -1;
 		}
 		for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
@@ -494,15 +645,16 @@ int bench_users_load(struct opts *o)
 				continue;
 			if (!colon || colon == l) {
 				fprintf(stderr, "labvm-bench: %s: lines must be user:password\n",
-					o->users_file);
+				        o->users_file);
 				explicit_bzero(text, strlen(text));
 				free(text);
 				return -1;
 			}
 			*colon = '\0';
-			file_users = xrealloc(file_users, sizeof *file_users * (size_t)(nfile_users + 1));
-			file_passwords = xrealloc(file_passwords,
-						  sizeof *file_passwords * (size_t)(nfile_users + 1));
+			file_users =
+			    xrealloc(file_users, sizeof *file_users * (size_t)(nfile_users + 1));
+			file_passwords = xrealloc(file_passwords, sizeof *file_passwords *
+			                                              (size_t)(nfile_users + 1));
 			file_users[nfile_users] = xstrdup(l);
 			file_passwords[nfile_users] = xstrdup(colon + 1);
 			nfile_users++;
@@ -522,7 +674,7 @@ int bench_users_load(struct opts *o)
 	}
 	if (!o->password) {
 		fprintf(stderr, "labvm-bench: no password: give --password-file or set "
-				"LABVM_PASSWORD (or --users-file)\n");
+		                "LABVM_PASSWORD (or --users-file)\n");
 		return -1;
 	}
 	return 0;
@@ -611,8 +763,8 @@ long bench_count_lab_vms(const struct opts *o, struct kube *k)
 	return n;
 }
 
-int bench_sim_profile(struct kube *k, const char *name, double time_scale, char *out_name,
-		      size_t n, double *out_scale)
+int bench_sim_profile(struct kube *k, const char *name, double time_scale, char *out_name, size_t n,
+                      double *out_scale)
 {
 	cJSON *body = NULL, *res = NULL;
 	long code;
@@ -691,7 +843,7 @@ void bench_fmt_time(double t, char out[32])
 	char tmp[96];
 	gmtime_r(&s, &tm);
 	snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(msec % 1000));
+	         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(msec % 1000));
 	snprintf(out, 32, "%.31s", tmp);
 }
 

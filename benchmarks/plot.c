@@ -32,9 +32,10 @@ static int load(struct rset *rs, const char *path, cJSON *files)
 	free(text);
 	const cJSON *samples = kj_get(j, "samples"), *e;
 	if (!cJSON_IsArray(samples)) {
-		fprintf(stderr, "labvm-bench plot: %s has no \"samples\" (a readiness or report "
-				"JSON?)\n",
-			path);
+		fprintf(stderr,
+		        "labvm-bench plot: %s has no \"samples\" (a readiness or report "
+		        "JSON?)\n",
+		        path);
 		cJSON_Delete(j);
 		return -1;
 	}
@@ -106,8 +107,8 @@ int cmd_plot(struct opts *o)
 	}
 	/* one file: its description; several: say how many */
 	const char *d1 = kj_str(files, "0.meta.description");
-	char *desc = nin == 1 && d1 ? xstrdup(d1)
-				    : xasprintf("%zu samples merged from %d files", rs.n, nin);
+	char *desc =
+	    nin == 1 && d1 ? xstrdup(d1) : xasprintf("%zu samples merged from %d files", rs.n, nin);
 	jx_add_str(meta, "description", desc);
 	const char *w = kj_str(files, "0.meta.when");
 	if (w)

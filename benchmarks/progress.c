@@ -48,8 +48,8 @@ void progress_show(struct progress *p, size_t done, const char *extra, int force
 	else
 		snprintf(eta, sizeof eta, "--:--");
 	fprintf(stderr, "%s%s: %zu/%zu done, elapsed %s, ETA %s%s%s%s", p->tty ? "\r\033[K" : "",
-		p->what, done, p->total, el, eta, extra && *extra ? ", " : "", extra ? extra : "",
-		p->tty ? "" : "\n");
+	        p->what, done, p->total, el, eta, extra && *extra ? ", " : "", extra ? extra : "",
+	        p->tty ? "" : "\n");
 	fflush(stderr);
 	p->printed = 1;
 }

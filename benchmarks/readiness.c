@@ -31,7 +31,7 @@ struct rrun {
 	struct opts *o;
 	pthread_mutex_t mu;
 	struct rjob *jobs;
-	struct rsample *samples;   /* one per job */
+	struct rsample *samples; /* one per job */
 	size_t njobs, next;
 	/* user pool: indices, least recently used first */
 	int *pool;
@@ -75,7 +75,8 @@ static void fill_server(struct rsample *x, const cJSON *s)
 	double created = bench_parse_time(kj_str(s, "created_at"));
 	bench_copy(x->created_at, sizeof x->created_at, kj_str(s, "created_at"));
 	bench_copy(x->disk_source, sizeof x->disk_source, kj_str(s, "disk.source"));
-	bench_copy(x->fallback_reason, sizeof x->fallback_reason, kj_str(s, "disk.fallback_reason"));
+	bench_copy(x->fallback_reason, sizeof x->fallback_reason,
+	           kj_str(s, "disk.fallback_reason"));
 	x->s_submitted = since_created(s, "submitted_at", created);
 	x->s_running = since_created(s, "running_at", created);
 	x->s_ready = since_created(s, "ready_at", created);
@@ -114,10 +115,10 @@ static void vmi_summary(struct rrun *r, struct kube *k, const char *vm, char *ou
 	long code = kube_get(k, path, &vmi);
 	if (code == 200)
 		snprintf(out, n, "VMI phase %.20s, ip %.40s",
-			 kj_str(vmi, "status.phase") ? kj_str(vmi, "status.phase") : "none",
-			 kj_str(vmi, "status.interfaces.0.ipAddress")
-				 ? kj_str(vmi, "status.interfaces.0.ipAddress")
-				 : "none");
+		         kj_str(vmi, "status.phase") ? kj_str(vmi, "status.phase") : "none",
+		         kj_str(vmi, "status.interfaces.0.ipAddress")
+		             ? kj_str(vmi, "status.interfaces.0.ipAddress")
+		             : "none");
 	else
 		snprintf(out, n, "VMI: HTTP %ld", code);
 	cJSON_Delete(vmi);
@@ -141,8 +142,8 @@ static void end_session(struct bapi *a, const char *sid, cJSON **final)
 		}
 		cJSON_Delete(o);
 		fprintf(stderr, "labvm-bench: ending session %s: %s (retrying)\n", sid,
-			code ? "HTTP error" : a->msg);
-		struct timespec ts = { 1, 0 };
+		        code ? "HTTP error" : a->msg);
+		struct timespec ts = {1, 0};
 		nanosleep(&ts, NULL); /* not interruptible: this is the cleanup */
 	}
 	free(path);
@@ -276,7 +277,7 @@ static int run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 		if (k && vm[0])
 			vmi_summary(r, k, vm, why, sizeof why);
 		snprintf(x->error, sizeof x->error, "labvm-bench: not ready after %.0f s%s%s",
-			 o->timeout_s, why[0] ? "; " : "", why);
+		         o->timeout_s, why[0] ? "; " : "", why);
 	}
 
 	/* end it; the answer carries every timestamp */
@@ -342,9 +343,10 @@ static void *worker(void *arg)
 			pthread_mutex_lock(&r->mu);
 			r->busy_users++;
 			pthread_mutex_unlock(&r->mu);
-			fprintf(stderr, "\nlabvm-bench: %s has an open session of its own: not "
-					"touched, another user takes over\n",
-				r->samples[j].user);
+			fprintf(stderr,
+			        "\nlabvm-bench: %s has an open session of its own: not "
+			        "touched, another user takes over\n",
+			        r->samples[j].user);
 		}
 		pthread_mutex_lock(&r->mu);
 		r->jobs[j].done = 1;
@@ -358,10 +360,10 @@ static void *worker(void *arg)
 }
 
 static void describe(struct opts *o, struct rset *rs, const char *profile, double scale,
-		     const char *when, double secs)
+                     const char *when, double secs)
 {
 	cJSON *m = jx_obj();
-	struct buf d = { 0 };
+	struct buf d = {0};
 	jx_add_str(m, "command", "readiness");
 	jx_add_str(m, "url", o->url);
 	cJSON *ls = jx_add_arr(m, "lessons");
@@ -416,19 +418,21 @@ int cmd_readiness(struct opts *o)
 	if (bench_users_load(o) < 0)
 		return 2;
 	if (o->concurrency > bench_user_count(o)) {
-		fprintf(stderr, "labvm-bench readiness: --concurrency %d needs as many users (%d)\n",
-			o->concurrency, bench_user_count(o));
+		fprintf(stderr,
+		        "labvm-bench readiness: --concurrency %d needs as many users (%d)\n",
+		        o->concurrency, bench_user_count(o));
 		return 2;
 	}
 
 	have_kube = bench_kube(o, &kc, &k) == 0;
 	if (!have_kube && o->sim_profile) {
 		fprintf(stderr, "labvm-bench readiness: --sim-profile needs --kube-url, "
-				"--kube-token-file and --kube-ca (the simulator's admin token)\n");
+		                "--kube-token-file and --kube-ca (the simulator's admin token)\n");
 		return 2;
 	}
 	if (have_kube) {
-		if (bench_sim_profile(&k, NULL, 0, prev_profile, sizeof prev_profile, &prev_scale) == 0) {
+		if (bench_sim_profile(&k, NULL, 0, prev_profile, sizeof prev_profile,
+		                      &prev_scale) == 0) {
 			snprintf(profile, sizeof profile, "%s", prev_profile);
 			scale = prev_scale;
 		} else {
@@ -436,10 +440,11 @@ int cmd_readiness(struct opts *o)
 		}
 		if (o->sim_profile) {
 			if (bench_sim_profile(&k, o->sim_profile, o->sim_time_scale, profile,
-					      sizeof profile, &scale) < 0) {
-				fprintf(stderr, "labvm-bench readiness: setting the simulator profile "
-						"failed: %s\n",
-					k.msg[0] ? k.msg : "not a simulator?");
+			                      sizeof profile, &scale) < 0) {
+				fprintf(stderr,
+				        "labvm-bench readiness: setting the simulator profile "
+				        "failed: %s\n",
+				        k.msg[0] ? k.msg : "not a simulator?");
 				bench_kube_free(&kc, &k);
 				return 1;
 			}
@@ -453,7 +458,8 @@ int cmd_readiness(struct opts *o)
 	r.jobs = xcalloc(r.njobs, sizeof *r.jobs);
 	r.samples = xcalloc(r.njobs, sizeof *r.samples);
 	for (size_t j = 0; j < r.njobs; j++)
-		bench_copy(r.jobs[j].lesson, sizeof r.jobs[j].lesson, o->lessons[j % (size_t)o->nlessons]);
+		bench_copy(r.jobs[j].lesson, sizeof r.jobs[j].lesson,
+		           o->lessons[j % (size_t)o->nlessons]);
 	r.npool = bench_user_count(o);
 	r.pool = xcalloc((size_t)r.npool, sizeof *r.pool);
 	for (int i = 0; i < r.npool; i++)
@@ -490,14 +496,14 @@ int cmd_readiness(struct opts *o)
 		char extra[160];
 		pthread_mutex_lock(&r.mu);
 		size_t fin = r.finished, act = r.active;
-		snprintf(extra, sizeof extra, "%zu in flight, %zu ready, %zu failed, %zu refused", act,
-			 r.ready, r.failed, r.refused);
+		snprintf(extra, sizeof extra, "%zu in flight, %zu ready, %zu failed, %zu refused",
+		         act, r.ready, r.failed, r.refused);
 		int all = fin == r.njobs || (bench_stop && act == 0);
 		pthread_mutex_unlock(&r.mu);
 		progress_show(&p, fin, extra, all);
 		if (all)
 			break;
-		struct timespec ts = { 0, 200 * 1000000L };
+		struct timespec ts = {0, 200 * 1000000L};
 		nanosleep(&ts, NULL);
 	}
 	for (int i = 0; i < started; i++)

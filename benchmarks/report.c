@@ -55,26 +55,26 @@ int cmd_report(struct opts *o)
 		fprintf(stderr, "labvm-bench report: cannot connect to the database: %s\n", d.msg);
 		goto out;
 	}
-	const char *p[4] = { o->environment, since, until, lessons };
+	const char *p[4] = {o->environment, since, until, lessons};
 	PGresult *res = db_exec(
-		&d,
-		"SELECT id::text, lesson, COALESCE(disk_source, 'unknown'), disk_fallback_reason, "
-		"state, stage, end_reason, error, "
-		"to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
-		"extract(epoch from submitted_at - created_at), "
-		"extract(epoch from running_at - created_at), "
-		"extract(epoch from ready_at - created_at), "
-		"CASE WHEN state = 'failed' THEN extract(epoch from ended_at - created_at) END, "
-		"to_char($2::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-		"to_char(COALESCE($3::timestamptz, now()) AT TIME ZONE 'UTC', "
-		"        'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
-		"FROM sessions "
-		"WHERE runtime = 'vm' AND ($1::text IS NULL OR environment = $1) "
-		"AND created_at >= $2::timestamptz "
-		"AND ($3::timestamptz IS NULL OR created_at < $3::timestamptz) "
-		"AND ($4::text IS NULL OR lesson = ANY (string_to_array($4, ','))) "
-		"ORDER BY created_at",
-		4, p);
+	    &d,
+	    "SELECT id::text, lesson, COALESCE(disk_source, 'unknown'), disk_fallback_reason, "
+	    "state, stage, end_reason, error, "
+	    "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+	    "extract(epoch from submitted_at - created_at), "
+	    "extract(epoch from running_at - created_at), "
+	    "extract(epoch from ready_at - created_at), "
+	    "CASE WHEN state = 'failed' THEN extract(epoch from ended_at - created_at) END, "
+	    "to_char($2::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+	    "to_char(COALESCE($3::timestamptz, now()) AT TIME ZONE 'UTC', "
+	    "        'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+	    "FROM sessions "
+	    "WHERE runtime = 'vm' AND ($1::text IS NULL OR environment = $1) "
+	    "AND created_at >= $2::timestamptz "
+	    "AND ($3::timestamptz IS NULL OR created_at < $3::timestamptz) "
+	    "AND ($4::text IS NULL OR lesson = ANY (string_to_array($4, ','))) "
+	    "ORDER BY created_at",
+	    4, p);
 	if (!res) {
 		fprintf(stderr, "labvm-bench report: query failed: %s\n", d.msg);
 		goto out;
@@ -98,11 +98,12 @@ int cmd_report(struct opts *o)
 		x->s_failed = val(res, i, 12);
 	}
 	/* the window as PostgreSQL understood it (also when there are no rows) */
-	PGresult *w = db_exec(&d,
-			      "SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', "
-			      "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), to_char(COALESCE($2::timestamptz, "
-			      "now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
-			      2, (const char *const[]){ since, until });
+	PGresult *w =
+	    db_exec(&d,
+	            "SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', "
+	            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), to_char(COALESCE($2::timestamptz, "
+	            "now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+	            2, (const char *const[]){since, until});
 	char from[32] = "?", to[32] = "?";
 	if (w) {
 		bench_copy(from, sizeof from, db_val(w, 0, 0));
@@ -121,9 +122,9 @@ int cmd_report(struct opts *o)
 	bench_fmt_time((double)time(NULL), when);
 	jx_add_str(m, "when", when);
 	char *desc = xasprintf("report: %d session(s) from the database, environment %s, "
-			       "lessons %s, created %s .. %s",
-			       rows, o->environment ? o->environment : "(all)",
-			       o->lessons_arg ? o->lessons_arg : "(all)", from, to);
+	                       "lessons %s, created %s .. %s",
+	                       rows, o->environment ? o->environment : "(all)",
+	                       o->lessons_arg ? o->lessons_arg : "(all)", from, to);
 	jx_add_str(m, "description", desc);
 	rs.meta = m;
 	rset_summarize(&rs);

@@ -11,28 +11,37 @@
 #include "jsonx.h"
 
 const struct metric bench_metrics[M_COUNT] = {
-	[M_S_SUBMITTED] = { "server_submitted", "server", "press -> submitted" },
-	[M_S_RUNNING] = { "server_running", "server", "press -> VMI Running" },
-	[M_S_READY] = { "server_ready", "server", "press -> ready" },
-	[M_S_BOOT] = { "server_running_to_ready", "server", "Running -> ready" },
-	[M_K_RUNNING] = { "cluster_running", "cluster", "press -> VMI Running" },
-	[M_C_SUBMITTED] = { "client_submitted", "client", "request -> 201" },
-	[M_C_RUNNING] = { "client_running", "client", "request -> Running seen" },
-	[M_C_READY] = { "client_ready", "client", "request -> ready seen" },
+    [M_S_SUBMITTED] = {"server_submitted", "server", "press -> submitted"},
+    [M_S_RUNNING] = {"server_running", "server", "press -> VMI Running"},
+    [M_S_READY] = {"server_ready", "server", "press -> ready"},
+    [M_S_BOOT] = {"server_running_to_ready", "server", "Running -> ready"},
+    [M_K_RUNNING] = {"cluster_running", "cluster", "press -> VMI Running"},
+    [M_C_SUBMITTED] = {"client_submitted", "client", "request -> 201"},
+    [M_C_RUNNING] = {"client_running", "client", "request -> Running seen"},
+    [M_C_READY] = {"client_ready", "client", "request -> ready seen"},
 };
 
 double rsample_metric(const struct rsample *s, enum metric_id m)
 {
 	switch (m) {
-	case M_S_SUBMITTED: return s->s_submitted;
-	case M_S_RUNNING: return s->s_running;
-	case M_S_READY: return s->s_ready;
-	case M_S_BOOT: return s->s_ready - s->s_running; /* NAN unless both */
-	case M_K_RUNNING: return s->k_running;
-	case M_C_SUBMITTED: return s->c_submitted;
-	case M_C_RUNNING: return s->c_running;
-	case M_C_READY: return s->c_ready;
-	default: return NAN;
+	case M_S_SUBMITTED:
+		return s->s_submitted;
+	case M_S_RUNNING:
+		return s->s_running;
+	case M_S_READY:
+		return s->s_ready;
+	case M_S_BOOT:
+		return s->s_ready - s->s_running; /* NAN unless both */
+	case M_K_RUNNING:
+		return s->k_running;
+	case M_C_SUBMITTED:
+		return s->c_submitted;
+	case M_C_RUNNING:
+		return s->c_running;
+	case M_C_READY:
+		return s->c_ready;
+	default:
+		return NAN;
 	}
 }
 
@@ -45,9 +54,9 @@ static int le(double a, double b)
 int rsample_order_ok(const struct rsample *s)
 {
 	/* server clock: created_at (0) <= submitted <= running <= ready */
-	double sv[4] = { 0, s->s_submitted, s->s_running, s->s_ready };
+	double sv[4] = {0, s->s_submitted, s->s_running, s->s_ready};
 	/* client clock: request sent (0) <= 201 <= running seen <= ready seen */
-	double cv[4] = { 0, s->c_submitted, s->c_running, s->c_ready };
+	double cv[4] = {0, s->c_submitted, s->c_running, s->c_ready};
 	for (int i = 0; i < 4; i++)
 		for (int j = i + 1; j < 4; j++)
 			if (!le(sv[i], sv[j]) || !le(cv[i], cv[j]))
@@ -97,7 +106,8 @@ static struct rgroup *group_for(struct rset *r, const struct rsample *s)
 {
 	const char *disk = s->disk_source; /* "" = the start was refused */
 	for (size_t i = 0; i < r->ng; i++)
-		if (strcmp(r->g[i].lesson, s->lesson) == 0 && strcmp(r->g[i].disk_source, disk) == 0)
+		if (strcmp(r->g[i].lesson, s->lesson) == 0 &&
+		    strcmp(r->g[i].disk_source, disk) == 0)
 			return &r->g[i];
 	r->g = xrealloc(r->g, sizeof *r->g * (r->ng + 1));
 	struct rgroup *g = &r->g[r->ng++];
@@ -139,7 +149,8 @@ void rset_summarize(struct rset *r)
 					if (strcmp(fs[k].stage, s->stage) == 0)
 						break;
 				if (k == nfs && nfs < 8) {
-					snprintf(fs[nfs].stage, sizeof fs[nfs].stage, "%s", s->stage);
+					snprintf(fs[nfs].stage, sizeof fs[nfs].stage, "%s",
+					         s->stage);
 					fs[nfs++].n = 0;
 				}
 				if (k < nfs)
@@ -153,7 +164,7 @@ void rset_summarize(struct rset *r)
 		for (int k = 0; k < nfs; k++) {
 			size_t l = strlen(g->fail_stages);
 			snprintf(g->fail_stages + l, sizeof g->fail_stages - l, "%s%s:%d",
-				 k ? " " : "", fs[k].stage, fs[k].n);
+			         k ? " " : "", fs[k].stage, fs[k].n);
 		}
 		for (int m = 0; m < M_COUNT; m++) {
 			size_t k = 0;
@@ -187,27 +198,27 @@ void rset_print(const struct rset *r, FILE *f, int show_client)
 				const struct rsample *s = &r->s[i];
 				if (strcmp(s->lesson, g->lesson) == 0 && !s->disk_source[0])
 					fprintf(f, " %d %s;", s->http_status,
-						s->start_error[0] ? s->start_error : "-");
+					        s->start_error[0] ? s->start_error : "-");
 			}
 			fputc('\n', f);
 			continue;
 		}
 		fprintf(f, "\n%s, disk %s: %zu started, %zu ready, %zu failed%s%s%s", g->lesson,
-			g->disk_source, g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "",
-			g->fail_stages, g->fail_stages[0] ? ")" : "");
+		        g->disk_source, g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "",
+		        g->fail_stages, g->fail_stages[0] ? ")" : "");
 		if (g->other)
 			fprintf(f, ", %zu neither (ended, timed out or interrupted)", g->other);
 		fputc('\n', f);
-		fprintf(f, "  %-7s %-24s %5s %8s %8s %8s %8s %8s %8s %8s\n", "side", "stage (s)", "n",
-			"min", "p50", "p90", "p99", "max", "mean", "stdev");
+		fprintf(f, "  %-7s %-24s %5s %8s %8s %8s %8s %8s %8s %8s\n", "side", "stage (s)",
+		        "n", "min", "p50", "p90", "p99", "max", "mean", "stdev");
 		for (int m = 0; m < M_COUNT; m++) {
 			const struct stats *st = &g->st[m];
 			if (!show_client && strcmp(bench_metrics[m].side, "server") != 0)
 				continue;
 			if (st->n == 0 && strcmp(bench_metrics[m].side, "server") != 0)
 				continue;
-			fprintf(f, "  %-7s %-24s %5zu", bench_metrics[m].side, bench_metrics[m].label,
-				st->n);
+			fprintf(f, "  %-7s %-24s %5zu", bench_metrics[m].side,
+			        bench_metrics[m].label, st->n);
 			num(f, st->min);
 			num(f, st->p50);
 			num(f, st->p90);
@@ -219,7 +230,7 @@ void rset_print(const struct rset *r, FILE *f, int show_client)
 		}
 	}
 	fprintf(f, "\nstage order (request <= submitted <= running <= ready, both clocks): %s",
-		r->order_violations ? "VIOLATED" : "holds");
+	        r->order_violations ? "VIOLATED" : "holds");
 	if (r->order_violations)
 		fprintf(f, " (%d sample(s) out of order)", r->order_violations);
 	fprintf(f, " for all %zu samples\n", r->n);
@@ -251,11 +262,11 @@ static void csv_num(FILE *f, double x, int prec)
 }
 
 static const char CSV_HEADER[] =
-	"idx,user,lesson,session_id,http_status,start_error,admission_retries,"
-	"admission_wait_s,disk_source,fallback_reason,state,stage,end_reason,created_at,polls,"
-	"post_app_ms,server_submitted_s,server_running_s,server_ready_s,server_failed_s,"
-	"cluster_running_s,client_submitted_s,client_running_s,client_ready_s,client_failed_s,"
-	"error\n";
+    "idx,user,lesson,session_id,http_status,start_error,admission_retries,"
+    "admission_wait_s,disk_source,fallback_reason,state,stage,end_reason,created_at,polls,"
+    "post_app_ms,server_submitted_s,server_running_s,server_ready_s,server_failed_s,"
+    "cluster_running_s,client_submitted_s,client_running_s,client_ready_s,client_failed_s,"
+    "error\n";
 
 static int write_csv(const struct rset *r, const char *path)
 {
@@ -289,8 +300,8 @@ static int write_csv(const struct rset *r, const char *path)
 		csv_str(f, s->created_at);
 		fprintf(f, ",%d,", s->polls);
 		csv_num(f, s->post_app_ms, 2);
-		double t[] = { s->s_submitted, s->s_running, s->s_ready, s->s_failed, s->k_running,
-			       s->c_submitted, s->c_running, s->c_ready, s->c_failed };
+		double t[] = {s->s_submitted, s->s_running, s->s_ready, s->s_failed, s->k_running,
+		              s->c_submitted, s->c_running, s->c_ready, s->c_failed};
 		for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
 			fputc(',', f);
 			csv_num(f, t[k], 3);
@@ -341,11 +352,13 @@ static char *rset_json(const struct rset *r)
 	jx_add_str(m, "unit", "seconds");
 	jx_add_str(m, "percentiles", "linear interpolation between closest ranks (numpy default)");
 	jx_add_str(m, "stdev", "sample standard deviation (n-1)");
-	jx_add_str(m, "server", "the session's own timestamps minus created_at (the button press, "
-				"server clock); running_at and ready_at are set by the poll that saw "
-				"the change, so they carry up to one poll interval");
-	jx_add_str(m, "cluster", "the VMI's Running phaseTransitionTimestamp minus created_at "
-				 "(cluster clock; needs read access to VMIs)");
+	jx_add_str(m, "server",
+	           "the session's own timestamps minus created_at (the button press, "
+	           "server clock); running_at and ready_at are set by the poll that saw "
+	           "the change, so they carry up to one poll interval");
+	jx_add_str(m, "cluster",
+	           "the VMI's Running phaseTransitionTimestamp minus created_at "
+	           "(cluster clock; needs read access to VMIs)");
 	jx_add_str(m, "client", "labvm-bench's monotonic clock from sending the admitted POST");
 	cJSON *ms = jx_add_arr(root, "metrics");
 	for (int i = 0; i < M_COUNT; i++) {

@@ -35,23 +35,23 @@ int cmd_selftest(struct opts *o)
 	struct stats s;
 
 	/* percentiles: linear interpolation between closest ranks */
-	double v1[] = { 15, 20, 35, 40, 50 };
+	double v1[] = {15, 20, 35, 40, 50};
 	stats_compute(v1, 5, &s);
 	check(s.n == 5 && near(s.min, 15) && near(s.max, 50) && near(s.p50, 35),
 	      "min, max, median of 5");
 	check(near(s.p25, 20) && near(s.p75, 40), "p25, p75 of 5 (exact ranks)");
 	check(near(s.p90, 46) && near(s.p99, 49.6), "p90 = 46, p99 = 49.6 (interpolated)");
 	check(near(s.mean, 32) && near(s.stdev, sqrt(207.5)), "mean 32, sample stdev sqrt(207.5)");
-	double v2[] = { 3, NAN, 1, 2, INFINITY };
+	double v2[] = {3, NAN, 1, 2, INFINITY};
 	stats_compute(v2, 5, &s);
 	check(s.n == 3 && near(s.p50, 2) && near(s.min, 1) && near(s.max, 3),
 	      "non-finite values are skipped");
-	double v3[] = { 7 };
+	double v3[] = {7};
 	stats_compute(v3, 1, &s);
 	check(s.n == 1 && near(s.p99, 7) && near(s.stdev, 0), "one sample: all 7, stdev 0");
 	stats_compute(NULL, 0, &s);
 	check(s.n == 0 && isnan(s.p50), "no samples: NAN");
-	double v4[] = { 4, 1, 3, 2 };
+	double v4[] = {4, 1, 3, 2};
 	stats_compute(v4, 4, &s);
 	check(near(s.p50, 2.5) && near(s.p90, 3.7), "even count: p50 2.5, p90 3.7");
 
@@ -71,8 +71,10 @@ int cmd_selftest(struct opts *o)
 	memset(&r, 0, sizeof r);
 	for (int i = 0; i < 6; i++) {
 		struct rsample *x = rset_add(&r);
-		snprintf(x->lesson, sizeof x->lesson, "%s", i % 2 ? "linux-basics" : "debian,\"golden\"");
-		snprintf(x->disk_source, sizeof x->disk_source, "%s", i % 2 ? "containerdisk" : "golden");
+		snprintf(x->lesson, sizeof x->lesson, "%s",
+		         i % 2 ? "linux-basics" : "debian,\"golden\"");
+		snprintf(x->disk_source, sizeof x->disk_source, "%s",
+		         i % 2 ? "containerdisk" : "golden");
 		snprintf(x->state, sizeof x->state, "ready");
 		bench_fmt_time(1795968540.0 + i, x->created_at);
 		snprintf(x->error, sizeof x->error, "line one\nline \"two\"");
@@ -98,9 +100,10 @@ int cmd_selftest(struct opts *o)
 	skip.s_running = NAN; /* ready without running */
 	check(!rsample_order_ok(&skip), "a later stage without an earlier one is out of order");
 	rset_summarize(&r);
-	check(r.ng == 3 && r.order_violations == 1, "three groups (one of refused starts), one violation");
+	check(r.ng == 3 && r.order_violations == 1,
+	      "three groups (one of refused starts), one violation");
 	check(r.g[0].n == 4 && r.g[0].st[M_S_READY].n == 4 && r.g[1].st[M_S_READY].n == 3 &&
-		      near(r.g[1].st[M_S_READY].p50, 11),
+	          near(r.g[1].st[M_S_READY].p50, 11),
 	      "per-group counts and median");
 	check(r.g[2].refused == 1 && r.g[2].disk_source[0] == '\0', "refused start grouped apart");
 	check(near(r.g[1].st[M_S_BOOT].p50, 7), "running -> ready derived (5, 7, 9)");
@@ -115,7 +118,8 @@ int cmd_selftest(struct opts *o)
 	free(p);
 	check(csv && strncmp(csv, "idx,user,lesson,session_id,http_status,", 39) == 0,
 	      "CSV header");
-	check(csv && strstr(csv, "\"debian,\"\"golden\"\"\"") && strstr(csv, "\"line one\nline \"\"two\"\"\""),
+	check(csv && strstr(csv, "\"debian,\"\"golden\"\"\"") &&
+	          strstr(csv, "\"line one\nline \"\"two\"\"\""),
 	      "CSV quoting of commas, quotes and newlines");
 	int lines = 0;
 	for (char *c = csv; c && *c; c++)
@@ -127,19 +131,20 @@ int cmd_selftest(struct opts *o)
 	free(p);
 	cJSON *j = js ? cJSON_Parse(js) : NULL;
 	check(j && cJSON_GetArraySize(kj_get(j, "samples")) == 8 &&
-		      cJSON_GetArraySize(kj_get(j, "groups")) == 3,
+	          cJSON_GetArraySize(kj_get(j, "groups")) == 3,
 	      "JSON parses: 8 samples, 3 groups");
 	const cJSON *p50 = kj_get(j, "groups.1.stats.server_ready.p50");
 	check(cJSON_IsNumber(p50) && near(p50->valuedouble, 11), "JSON group stats");
-	check(cJSON_IsNull(kj_get(j, "samples.7.server_ready_s")), "JSON null for unreached stages");
+	check(cJSON_IsNull(kj_get(j, "samples.7.server_ready_s")),
+	      "JSON null for unreached stages");
 	cJSON_Delete(j);
 	free(js);
 	p = xasprintf("%s/selftest.svg", dir);
 	char *svg = slurp(p);
 	free(p);
 	check(svg && strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"") &&
-		      strstr(svg, "</svg>") && strstr(svg, "selftest &lt;plot&gt;") &&
-		      strstr(svg, "selftest &lt;&amp;&gt; run") && !strstr(svg, "<script"),
+	          strstr(svg, "</svg>") && strstr(svg, "selftest &lt;plot&gt;") &&
+	          strstr(svg, "selftest &lt;&amp;&gt; run") && !strstr(svg, "<script"),
 	      "SVG: self-contained, escaped text");
 	int circles = 0;
 	for (char *c = svg; c && (c = strstr(c, "<circle")); c++)

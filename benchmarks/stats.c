@@ -39,7 +39,7 @@ void stats_compute(const double *v, size_t n, struct stats *s)
 	s->n = m;
 	if (m == 0) {
 		s->min = s->p25 = s->p50 = s->p75 = s->p90 = s->p99 = s->max = s->mean = s->stdev =
-			NAN;
+		    NAN;
 		free(x);
 		return;
 	}

@@ -11,15 +11,15 @@
 
 #include "bench.h"
 
-#define W 1060
+#define W       1060
 #define LABEL_W 330
-#define X0 (LABEL_W + 10)
-#define X1 (W - 40)
-#define ROW_H 26
+#define X0      (LABEL_W + 10)
+#define X1      (W - 40)
+#define ROW_H   26
 #define STAGE_H 22
 
-static const char *const PALETTE[] = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-				       "#9467bd", "#8c564b", "#e377c2", "#17becf" };
+static const char *const PALETTE[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
 struct axis {
 	int log;
@@ -30,11 +30,20 @@ static void xml(FILE *f, const char *s)
 {
 	for (; s && *s; s++) {
 		switch (*s) {
-		case '&': fputs("&amp;", f); break;
-		case '<': fputs("&lt;", f); break;
-		case '>': fputs("&gt;", f); break;
-		case '"': fputs("&quot;", f); break;
-		default: fputc(*s, f);
+		case '&':
+			fputs("&amp;", f);
+			break;
+		case '<':
+			fputs("&lt;", f);
+			break;
+		case '>':
+			fputs("&gt;", f);
+			break;
+		case '"':
+			fputs("&quot;", f);
+			break;
+		default:
+			fputc(*s, f);
 		}
 	}
 }
@@ -76,8 +85,8 @@ static void fmt_secs(char *out, size_t n, double v)
 }
 
 /* metrics drawn, in order; client and cluster rows only when measured */
-static const enum metric_id PLOTTED[] = { M_S_SUBMITTED, M_S_RUNNING, M_K_RUNNING,
-					  M_S_READY, M_S_BOOT, M_C_READY };
+static const enum metric_id PLOTTED[] = {M_S_SUBMITTED, M_S_RUNNING, M_K_RUNNING,
+                                         M_S_READY,     M_S_BOOT,    M_C_READY};
 
 static int in_group(const struct rset *r, const struct rgroup *g, const struct rsample *s)
 {
@@ -151,11 +160,11 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 	if (!f)
 		return -1;
 	fprintf(f,
-		"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-		"viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" "
-		"font-size=\"12\">\n",
-		W, H, W, H);
+	        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+	        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+	        "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" "
+	        "font-size=\"12\">\n",
+	        W, H, W, H);
 	fputs("<title>", f);
 	xml(f, title);
 	fputs("</title>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n", f);
@@ -164,7 +173,7 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 	fputs("</text>\n", f);
 
 	/* the run's description */
-	const char *sub[2] = { kj_str(r->meta, "description"), kj_str(r->meta, "when") };
+	const char *sub[2] = {kj_str(r->meta, "description"), kj_str(r->meta, "when")};
 	for (int i = 0, y = 50; i < 2; i++) {
 		if (!sub[i])
 			continue;
@@ -185,7 +194,7 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		if (!g->disk_source[0])
 			continue;
 		fprintf(f, "<rect x=\"%d\" y=\"97\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx,
-			PALETTE[ci % 8]);
+		        PALETTE[ci % 8]);
 		fprintf(f, "<text x=\"%d\" y=\"107\">", lx + 16);
 		xml(f, g->disk_source);
 		fputs(" (", f);
@@ -213,32 +222,33 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		if (!nrows)
 			continue;
 		struct axis ax;
-		struct dvec ticks = { 0 };
+		struct dvec ticks = {0};
 		axis_for(&ax, vmin, vmax);
 		ticks_for(&ax, &ticks);
 
 		fprintf(f, "<text x=\"20\" y=\"%d\" font-weight=\"bold\">%s: ", y + 15,
-			bench_metrics[m].side);
+		        bench_metrics[m].side);
 		xml(f, bench_metrics[m].label);
-		fprintf(f, "</text><text x=\"%d\" y=\"%d\" fill=\"#888\" font-size=\"10\" "
-			   "text-anchor=\"end\">%s axis, s</text>\n",
-			X0 - 8, y + 15 + 16, ax.log ? "log" : "linear");
+		fprintf(f,
+		        "</text><text x=\"%d\" y=\"%d\" fill=\"#888\" font-size=\"10\" "
+		        "text-anchor=\"end\">%s axis, s</text>\n",
+		        X0 - 8, y + 15 + 16, ax.log ? "log" : "linear");
 		y += STAGE_H;
 		int gy0 = y + 16, gy1 = gy0 + nrows * ROW_H;
 		fputs("<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n", f);
 		for (size_t i = 0; i < ticks.n; i++)
 			fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n",
-				xpos(&ax, ticks.v[i]), gy0 - 2, xpos(&ax, ticks.v[i]), gy1);
+			        xpos(&ax, ticks.v[i]), gy0 - 2, xpos(&ax, ticks.v[i]), gy1);
 		fputs("</g>\n", f);
 		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#999\"/>\n", X0,
-			gy0 - 2, X1, gy0 - 2);
+		        gy0 - 2, X1, gy0 - 2);
 		for (size_t i = 0; i < ticks.n; i++) {
 			char lab[32];
 			fmt_secs(lab, sizeof lab, ticks.v[i]);
 			fprintf(f,
-				"<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\" "
-				"font-size=\"10\">%s</text>\n",
-				xpos(&ax, ticks.v[i]), gy0 - 5, lab);
+			        "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\" "
+			        "font-size=\"10\">%s</text>\n",
+			        xpos(&ax, ticks.v[i]), gy0 - 5, lab);
 		}
 		dvec_free(&ticks);
 		y = gy0;
@@ -261,10 +271,10 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 			fputs(" (", f);
 			xml(f, g->lesson);
 			fprintf(f,
-				"): n=%zu min=%.3f p25=%.3f p50=%.3f p75=%.3f p90=%.3f p99=%.3f "
-				"max=%.3f mean=%.3f stdev=%.3f s</title>\n",
-				st->n, st->min, st->p25, st->p50, st->p75, st->p90, st->p99, st->max,
-				st->mean, st->stdev);
+			        "): n=%zu min=%.3f p25=%.3f p50=%.3f p75=%.3f p90=%.3f p99=%.3f "
+			        "max=%.3f mean=%.3f stdev=%.3f s</title>\n",
+			        st->n, st->min, st->p25, st->p50, st->p75, st->p90, st->p99,
+			        st->max, st->mean, st->stdev);
 			fprintf(f, "<text x=\"36\" y=\"%.1f\">", cy + 4);
 			xml(f, g->disk_source);
 			fputs(" (", f);
@@ -273,28 +283,31 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 			double xmn = xpos(&ax, st->min), xmx = xpos(&ax, st->max);
 			double x25 = xpos(&ax, st->p25), x75 = xpos(&ax, st->p75);
 			double x50 = xpos(&ax, st->p50);
-			fprintf(f,
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>"
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>"
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n",
-				xmn, cy, xmx, cy, col, xmn, cy - 5, xmn, cy + 5, col, xmx, cy - 5,
-				xmx, cy + 5, col);
-			fprintf(f,
-				"<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"14\" fill=\"%s\" "
-				"fill-opacity=\"0.25\" stroke=\"%s\"/>"
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-				"stroke-width=\"3\"/>\n",
-				x25, cy - 7, x75 - x25 < 1 ? 1 : x75 - x25, col, col, x50, cy - 9, x50,
-				cy + 9, col);
+			fprintf(
+			    f,
+			    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>"
+			    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>"
+			    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+			    "stroke=\"%s\"/>\n",
+			    xmn, cy, xmx, cy, col, xmn, cy - 5, xmn, cy + 5, col, xmx, cy - 5, xmx,
+			    cy + 5, col);
+			fprintf(
+			    f,
+			    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"14\" fill=\"%s\" "
+			    "fill-opacity=\"0.25\" stroke=\"%s\"/>"
+			    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+			    "stroke-width=\"3\"/>\n",
+			    x25, cy - 7, x75 - x25 < 1 ? 1 : x75 - x25, col, col, x50, cy - 9, x50,
+			    cy + 9, col);
 			for (size_t i = 0; i < r->n; i++) {
 				const struct rsample *s = &r->s[i];
 				double v = rsample_metric(s, m);
 				if (!in_group(r, g, s) || !isfinite(v))
 					continue;
 				fprintf(f,
-					"<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.2\" fill=\"%s\" "
-					"fill-opacity=\"0.6\"/>\n",
-					xpos(&ax, v), cy + (double)((s->idx * 37) % 11 - 5), col);
+				        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.2\" fill=\"%s\" "
+				        "fill-opacity=\"0.6\"/>\n",
+				        xpos(&ax, v), cy + (double)((s->idx * 37) % 11 - 5), col);
 			}
 			fputs("</g>\n", f);
 			y += ROW_H;
@@ -302,13 +315,13 @@ int svg_write_rset(const struct rset *r, const char *path, const char *title)
 		y += 10;
 	}
 	fprintf(f,
-		"<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">server = the session's own "
-		"timestamps (running_at and ready_at are set by the poll that saw the change); "
-		"cluster = the VMI's Running</text>\n"
-		"<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">phaseTransitionTimestamp; "
-		"client = as seen by labvm-bench from sending the POST. Percentiles by linear "
-		"interpolation.</text>\n",
-		H - 34, H - 19);
+	        "<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">server = the session's own "
+	        "timestamps (running_at and ready_at are set by the poll that saw the change); "
+	        "cluster = the VMI's Running</text>\n"
+	        "<text x=\"20\" y=\"%d\" fill=\"#666\" font-size=\"11\">phaseTransitionTimestamp; "
+	        "client = as seen by labvm-bench from sending the POST. Percentiles by linear "
+	        "interpolation.</text>\n",
+	        H - 34, H - 19);
 	fputs("</svg>\n", f);
 	return fclose(f) == 0 ? 0 : -1;
 }

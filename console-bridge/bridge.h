@@ -56,17 +56,17 @@
 #define STATS_PATH     "/console-stats"
 
 /* queues and flow control (bytes) */
-#define BS_WRITE_MAX        (32 * 1024)  /* at most this much per lws_write */
-#define BS_CHUNK_MIN        (8 * 1024)   /* queue chunks coalesce small writes up to this */
-#define BS_DOWN_HIGH        (256 * 1024) /* pause upstream RX when a browser queue exceeds */
-#define BS_DOWN_LOW         (64 * 1024)  /* ... resume when every browser queue is below */
-#define BS_UP_HIGH          (64 * 1024)  /* pause browser RX when the upstream queue exceeds */
-#define BS_UP_LOW           (16 * 1024)  /* ... resume below */
-#define BS_RING_SIZE        (8 * 1024)   /* replayed to a (re)connecting browser */
-#define BS_CHECK_TIMEOUT_S  10           /* database check */
-#define BS_UP_TIMEOUT_S     15           /* upstream handshake */
-#define BS_RECHECK_S        5            /* re-check open sessions in the database */
-#define BS_CLOSE_GRACE_S    5            /* a closing browser that does not drain is dropped */
+#define BS_WRITE_MAX       (32 * 1024)  /* at most this much per lws_write */
+#define BS_CHUNK_MIN       (8 * 1024)   /* queue chunks coalesce small writes up to this */
+#define BS_DOWN_HIGH       (256 * 1024) /* pause upstream RX when a browser queue exceeds */
+#define BS_DOWN_LOW        (64 * 1024)  /* ... resume when every browser queue is below */
+#define BS_UP_HIGH         (64 * 1024)  /* pause browser RX when the upstream queue exceeds */
+#define BS_UP_LOW          (16 * 1024)  /* ... resume below */
+#define BS_RING_SIZE       (8 * 1024)   /* replayed to a (re)connecting browser */
+#define BS_CHECK_TIMEOUT_S 10           /* database check */
+#define BS_UP_TIMEOUT_S    15           /* upstream handshake */
+#define BS_RECHECK_S       5            /* re-check open sessions in the database */
+#define BS_CLOSE_GRACE_S   5            /* a closing browser that does not drain is dropped */
 
 /* close codes (see above) */
 enum {
@@ -90,8 +90,8 @@ enum {
  * into already-sent bytes of the same chunk). */
 struct bq_chunk {
 	struct bq_chunk *next;
-	size_t off, len, cap;  /* payload: data[LWS_PRE + off .. LWS_PRE + len) */
-	int is_text;           /* a whole text message (never coalesced) */
+	size_t off, len, cap; /* payload: data[LWS_PRE + off .. LWS_PRE + len) */
+	int is_text;          /* a whole text message (never coalesced) */
 	unsigned char data[];
 };
 
@@ -112,10 +112,10 @@ void bq_clear(struct bq *q);
 enum up_state { UP_NONE = 0, UP_CONNECTING, UP_OPEN, UP_CLOSING };
 
 enum bc_state {
-	BC_NEW = 0,   /* HTTP or not yet checked */
-	BC_CHECKING,  /* ticket ok, waiting for the database */
-	BC_ATTACHED,  /* relaying */
-	BC_CLOSING,   /* closed message queued; close frame follows */
+	BC_NEW = 0,  /* HTTP or not yet checked */
+	BC_CHECKING, /* ticket ok, waiting for the database */
+	BC_ATTACHED, /* relaying */
+	BC_CLOSING,  /* closed message queued; close frame follows */
 };
 
 struct bsession;
@@ -125,23 +125,23 @@ struct bconn {
 	struct lws *wsi;
 	uint64_t id;
 	enum bc_state state;
-	struct bconn *all_next, *all_prev;  /* every browser WebSocket (bridge.conns) */
-	struct bsession *sess;              /* when attached */
+	struct bconn *all_next, *all_prev; /* every browser WebSocket (bridge.conns) */
+	struct bsession *sess;             /* when attached */
 	struct bconn *sess_next;
-	struct bq out;                      /* to the browser */
-	int rx_paused;                      /* we stopped reading this browser */
-	int want_pause;                     /* stop reading it from its next writeable */
+	struct bq out;  /* to the browser */
+	int rx_paused;  /* we stopped reading this browser */
+	int want_pause; /* stop reading it from its next writeable */
 	int is_ws;
 	int close_code;
 	char close_reason[124];
-	int64_t t_state;                    /* monotonic ms when the state was entered */
-	int64_t t_high;                     /* monotonic ms since out is above BS_DOWN_HIGH */
+	int64_t t_state; /* monotonic ms when the state was entered */
+	int64_t t_high;  /* monotonic ms since out is above BS_DOWN_HIGH */
 	char sid[37];
 	char user[256];
 	char vm[64];
 	char peer[64];
-	int killed;                         /* closing took too long: dropped */
-	char *http_body;                    /* HTTP: the stats answer being sent */
+	int killed;      /* closing took too long: dropped */
+	char *http_body; /* HTTP: the stats answer being sent */
 	size_t http_len;
 };
 
@@ -154,25 +154,25 @@ struct bsession {
 	struct lws *up;
 	enum up_state up_state;
 	int up_rx_paused;
-	int up_want_pause;                  /* pause the upstream from its next writeable */
+	int up_want_pause; /* pause the upstream from its next writeable */
 	struct bq to_up;
 	struct bconn *conns;
 	int nconns;
-	unsigned char *ring;                /* BS_RING_SIZE, allocated on first output */
+	unsigned char *ring; /* BS_RING_SIZE, allocated on first output */
 	size_t ring_start, ring_len;
-	int64_t t_open_start;               /* monotonic ms: upstream connect started */
-	int64_t t_idle;                     /* monotonic ms: last browser left (0: has browsers) */
-	int woke;                           /* sent the wake-up CR on first open */
-	int dead;                           /* closed; freed when the upstream is gone */
-	char up_why[96];                    /* why the upstream failed, if known */
-	int opening, open_failed;           /* inside lws_client_connect_via_info() */
+	int64_t t_open_start;     /* monotonic ms: upstream connect started */
+	int64_t t_idle;           /* monotonic ms: last browser left (0: has browsers) */
+	int woke;                 /* sent the wake-up CR on first open */
+	int dead;                 /* closed; freed when the upstream is gone */
+	char up_why[96];          /* why the upstream failed, if known */
+	int opening, open_failed; /* inside lws_client_connect_via_info() */
 	uint64_t bytes_down, bytes_up;
 };
 
 struct bridge_stats {
-	uint64_t accepted;              /* browser WebSockets accepted */
-	uint64_t refused[8];            /* by reason, index from bs_refuse_index() */
-	uint64_t upstream_connects;     /* upstream connections attempted */
+	uint64_t accepted;          /* browser WebSockets accepted */
+	uint64_t refused[8];        /* by reason, index from bs_refuse_index() */
+	uint64_t upstream_connects; /* upstream connections attempted */
 	uint64_t upstream_failures;
 	uint64_t bytes_down, bytes_up;
 };
@@ -183,20 +183,24 @@ struct bridge {
 	struct lws_vhost *vhost;
 	char kube_host[256];
 	int kube_port;
-	char kube_prefix[256];          /* path part of kube_api, usually "" */
-	char *bearer;                   /* "Bearer <token>" (SECRET) */
-	struct { int64_t mtime_ns; uint64_t ino; int64_t size; } token_stat;
+	char kube_prefix[256]; /* path part of kube_api, usually "" */
+	char *bearer;          /* "Bearer <token>" (SECRET) */
+	struct {
+		int64_t mtime_ns;
+		uint64_t ino;
+		int64_t size;
+	} token_stat;
 	int console_linger_s;
-	struct bconn *conns;            /* every browser WebSocket */
+	struct bconn *conns; /* every browser WebSocket */
 	int nconns;
 	struct bsession *sessions;
 	int nsessions;
 	uint64_t next_conn_id;
 	lws_sorted_usec_list_t tick;
 	int64_t last_recheck;
-	int stopping;                   /* SIGTERM seen: closing everything */
+	int stopping; /* SIGTERM seen: closing everything */
 	int64_t stop_deadline;
-	int db_up;                      /* last known database state (from the worker) */
+	int db_up; /* last known database state (from the worker) */
 	struct bridge_stats st;
 };
 
@@ -217,30 +221,30 @@ void bs_close(struct bsession *s, int code, const char *reason);
 void bs_upstream_open(struct bsession *s);
 void bs_upstream_data(struct bsession *s, const void *p, size_t n);
 void bs_upstream_gone(struct bsession *s, const char *why);
-void bs_upstream_drained(struct bsession *s);  /* to_up fell: maybe resume browsers */
-void bs_browser_drained(struct bconn *c);      /* out fell: maybe resume upstream */
+void bs_upstream_drained(struct bsession *s); /* to_up fell: maybe resume browsers */
+void bs_browser_drained(struct bconn *c);     /* out fell: maybe resume upstream */
 void bs_browser_input(struct bconn *c, const void *p, size_t n);
-void bs_tick(int64_t now_ms);                  /* linger and timeouts */
+void bs_tick(int64_t now_ms); /* linger and timeouts */
 void bs_free(struct bsession *s);
 int bs_refuse_index(int code);
 
 /* browser.c */
 int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-		     size_t len);
+                     size_t len);
 int bc_send_text(struct bconn *c, const char *json);
 int bc_send_status(struct bconn *c, const char *state);
 void browser_tick(int64_t now_ms);
-void browser_db_results(void);                 /* drain db.c results (service thread) */
+void browser_db_results(void); /* drain db.c results (service thread) */
 void nonce_purge(int64_t now_s);
 void nonce_free_all(void);
 
 /* upstream.c */
 int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-		      size_t len);
+                      size_t len);
 int upstream_open(struct bsession *s);
 void upstream_close(struct bsession *s);
 int upstream_parse_api(const char *kube_api, char *host, size_t hostlen, int *port, char *prefix,
-		       size_t prefixlen);
+                       size_t prefixlen);
 int upstream_load_token(void);
 
 /* db.c: the worker thread */
@@ -251,11 +255,11 @@ struct db_result {
 	struct db_result *next;
 	enum db_kind kind;
 	enum db_status status;
-	uint64_t conn_id;               /* DB_CHECK */
-	char sid[37];                   /* DB_CHECK, DB_ENDED */
-	char user[256];                 /* DB_CHECK: owner */
-	char state[16];                 /* DB_CHECK: sessions.state */
-	int up;                         /* DB_STATUS: database reachable */
+	uint64_t conn_id; /* DB_CHECK */
+	char sid[37];     /* DB_CHECK, DB_ENDED */
+	char user[256];   /* DB_CHECK: owner */
+	char state[16];   /* DB_CHECK: sessions.state */
+	int up;           /* DB_STATUS: database reachable */
 };
 
 int db_start(const char *conninfo, const char *environment, struct lws_context *ctx);
@@ -269,6 +273,6 @@ struct db_result *db_results(void);
 
 /* main.c */
 int64_t bridge_now_ms(void);
-void bridge_wakeup(void);                      /* EVENT_WAIT_CANCELLED: results, signals */
+void bridge_wakeup(void); /* EVENT_WAIT_CANCELLED: results, signals */
 
 #endif

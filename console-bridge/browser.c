@@ -186,8 +186,8 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 	}
 	if (lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) <= 0 ||
 	    !(sid = path_sid(path))) {
-		bc_close(c, BS_CLOSE_BAD_URL, "bad console url: expected <console_path><session id>",
-			 0);
+		bc_close(c, BS_CLOSE_BAD_URL,
+		         "bad console url: expected <console_path><session id>", 0);
 		return;
 	}
 	memcpy(c->sid, sid, sizeof c->sid - 1);
@@ -198,8 +198,8 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 		bc_close(c, BS_CLOSE_TICKET, "missing ticket", 0);
 		return;
 	}
-	enum ticket_status st = ticket_verify(B->cfg.ticket_key, B->cfg.ticket_key_len, tk,
-					      util_epoch_s(), &t);
+	enum ticket_status st =
+	    ticket_verify(B->cfg.ticket_key, B->cfg.ticket_key_len, tk, util_epoch_s(), &t);
 	explicit_bzero(tbuf, sizeof tbuf);
 	if (st != TICKET_OK) {
 		bc_close(c, BS_CLOSE_TICKET, ticket_status_str(st), 0);
@@ -290,8 +290,10 @@ void browser_db_results(void)
 		}
 		case DB_STATUS:
 			if (r->up != B->db_up)
-				log_info("database %s", r->up ? "reachable" : "unreachable: "
-								     "refusing new consoles, keeping open ones");
+				log_info("database %s",
+				         r->up ? "reachable"
+				               : "unreachable: "
+				                 "refusing new consoles, keeping open ones");
 			B->db_up = r->up;
 			if (r->up)
 				B->last_recheck = 0; /* re-check the open sessions now */
@@ -309,13 +311,14 @@ void browser_tick(int64_t now)
 		if (c->state == BC_CHECKING && now - c->t_state > BS_CHECK_TIMEOUT_S * 1000)
 			bc_close(c, BS_CLOSE_UNAVAILABLE, "database check timed out, try again", 0);
 		else if (c->state == BC_ATTACHED && c->t_high &&
-			 now - c->t_high > (int64_t)B->cfg.console_ping_s * 2000)
+		         now - c->t_high > (int64_t)B->cfg.console_ping_s * 2000)
 			bc_close(c, BS_CLOSE_POLICY, "browser not reading console output", 0);
 		else if (c->state == BC_CLOSING && !c->killed &&
-			 now - c->t_state > BS_CLOSE_GRACE_S * 1000) {
+		         now - c->t_state > BS_CLOSE_GRACE_S * 1000) {
 			/* the browser does not read: drop it without the niceties */
 			c->killed = 1;
-			lws_set_timeout(c->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
+			lws_set_timeout(c->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT,
+			                LWS_TO_KILL_ASYNC);
 		}
 	}
 }
@@ -324,8 +327,8 @@ void browser_tick(int64_t now)
 
 static char *stats_json(void)
 {
-	static const char *const names[8] = { "ticket", "forbidden", "not_ready", "ended",
-					      "too_many", "upstream", "unavailable", "other" };
+	static const char *const names[8] = {"ticket",   "forbidden", "not_ready",   "ended",
+	                                     "too_many", "upstream",  "unavailable", "other"};
 	cJSON *o = cJSON_CreateObject(), *ref, *arr;
 	char *s = NULL;
 	int open = 0;
@@ -352,7 +355,7 @@ static char *stats_json(void)
 		if (!cJSON_AddNumberToObject(ref, names[i], (double)B->st.refused[i]))
 			goto out;
 	for (struct bsession *x = B->sessions; x; x = x->next) {
-		static const char *const ups[] = { "none", "connecting", "open", "closing" };
+		static const char *const ups[] = {"none", "connecting", "open", "closing"};
 		cJSON *e = cJSON_CreateObject();
 		if (!e)
 			goto out;
@@ -388,9 +391,9 @@ static int http_request(struct lws *wsi, struct bconn *c, const char *uri)
 		return -1;
 	c->http_len = strlen(c->http_body);
 	if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, "application/json",
-					(lws_filepos_t)c->http_len, &p, end) ||
+	                                (lws_filepos_t)c->http_len, &p, end) ||
 	    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
-					 (const unsigned char *)"no-store", 8, &p, end) ||
+	                                 (const unsigned char *)"no-store", 8, &p, end) ||
 	    lws_finalize_write_http_header(wsi, hdr + LWS_PRE, &p, end))
 		return -1;
 	lws_callback_on_writable(wsi);
@@ -433,15 +436,15 @@ static int browser_writeable(struct lws *wsi, struct bconn *c)
 	if (!n) {
 		if (c->state == BC_CLOSING) {
 			lws_close_reason(wsi, (enum lws_close_status)c->close_code,
-					 (unsigned char *)c->close_reason, strlen(c->close_reason));
+			                 (unsigned char *)c->close_reason, strlen(c->close_reason));
 			return -1;
 		}
 		return 0;
 	}
 	int m = lws_write(wsi, p, n, is_text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
 	if (m < (int)n) {
-		log_info("session %s: console %llu: write failed, dropping", c->sid[0] ? c->sid : "-",
-			 (unsigned long long)c->id);
+		log_info("session %s: console %llu: write failed, dropping",
+		         c->sid[0] ? c->sid : "-", (unsigned long long)c->id);
 		return -1;
 	}
 	bq_consume(&c->out, n);
@@ -455,7 +458,7 @@ static int browser_writeable(struct lws *wsi, struct bconn *c)
 }
 
 int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-		     size_t len)
+                     size_t len)
 {
 	struct bconn *c = user;
 
@@ -497,11 +500,12 @@ int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *us
 
 	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
 		if (c->state != BC_CLOSING) {
-			int code = len >= 2 ? ((unsigned char *)in)[0] << 8 | ((unsigned char *)in)[1]
-					    : 1005;
+			int code = len >= 2
+			               ? ((unsigned char *)in)[0] << 8 | ((unsigned char *)in)[1]
+			               : 1005;
 			if (c->sess)
 				log_info("session %s: console %llu closed by the browser (%d)",
-					 c->sid, (unsigned long long)c->id, code);
+				         c->sid, (unsigned long long)c->id, code);
 			bs_detach(c);
 		}
 		return 0;
@@ -510,7 +514,8 @@ int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *us
 		if (!c->is_ws)
 			break;
 		if (c->state != BC_CLOSING && c->sess)
-			log_info("session %s: console %llu gone", c->sid, (unsigned long long)c->id);
+			log_info("session %s: console %llu gone", c->sid,
+			         (unsigned long long)c->id);
 		bs_detach(c);
 		conn_unlink(c);
 		bq_clear(&c->out);

@@ -47,10 +47,10 @@ static struct {
 	struct lws_context *ctx;
 	/* worker-only */
 	PGconn *pg;
-	int up;         /* -1 unknown, 0 down, 1 up */
+	int up; /* -1 unknown, 0 down, 1 up */
 	int64_t next_try;
 	int backoff;
-} W = { .mu = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1, .up = -1 };
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1, .up = -1};
 
 /* ------------------------------------------------------ both threads */
 
@@ -237,7 +237,7 @@ static int pg_recover(void)
 
 static void run_check(struct db_req *q)
 {
-	const char *params[2] = { q->sid, W.environment };
+	const char *params[2] = {q->sid, W.environment};
 	PGresult *res = NULL;
 	struct db_result *r;
 
@@ -245,10 +245,10 @@ static void run_check(struct db_req *q)
 		if (!pg_ok())
 			break;
 		res = PQexecParams(W.pg,
-				   "SELECT s.user_name, s.state, v.vm_name FROM sessions s "
-				   "JOIN session_vms v ON v.session_id = s.id "
-				   "WHERE s.id = $1 AND s.environment = $2",
-				   2, NULL, params, NULL, NULL, 0);
+		                   "SELECT s.user_name, s.state, v.vm_name FROM sessions s "
+		                   "JOIN session_vms v ON v.session_id = s.id "
+		                   "WHERE s.id = $1 AND s.environment = $2",
+		                   2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("session %s: database check: %s", q->sid, PQresultErrorMessage(res));
@@ -284,17 +284,17 @@ static void run_check(struct db_req *q)
 
 static void run_recheck(struct db_req *q)
 {
-	const char *params[2] = { q->sids, W.environment };
+	const char *params[2] = {q->sids, W.environment};
 	PGresult *res = NULL;
 
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			return; /* database down: keep the open consoles */
 		res = PQexecParams(W.pg,
-				   "SELECT q.id::text FROM unnest($1::uuid[]) AS q(id) "
-				   "LEFT JOIN sessions s ON s.id = q.id AND s.environment = $2 "
-				   "WHERE s.state IS DISTINCT FROM 'ready'",
-				   2, NULL, params, NULL, NULL, 0);
+		                   "SELECT q.id::text FROM unnest($1::uuid[]) AS q(id) "
+		                   "LEFT JOIN sessions s ON s.id = q.id AND s.environment = $2 "
+		                   "WHERE s.state IS DISTINCT FROM 'ready'",
+		                   2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("database re-check: %s", PQresultErrorMessage(res));
@@ -363,8 +363,8 @@ static void *worker(void *arg)
 		if (more)
 			continue;
 
-		struct pollfd pfd[2] = { { .fd = W.wake_fd, .events = POLLIN },
-					 { .fd = pg_ok() ? PQsocket(W.pg) : -1, .events = POLLIN } };
+		struct pollfd pfd[2] = {{.fd = W.wake_fd, .events = POLLIN},
+		                        {.fd = pg_ok() ? PQsocket(W.pg) : -1, .events = POLLIN}};
 		int timeout = 1000;
 		if (!pg_ok()) {
 			int64_t wait = W.next_try - util_mono_ms();

@@ -56,7 +56,7 @@ static void begin_stop(void)
 	B->stopping = 1;
 	B->stop_deadline = bridge_now_ms() + 3000;
 	log_info("SIGTERM: closing %d console%s and %d session%s", B->nconns,
-		 B->nconns == 1 ? "" : "s", B->nsessions, B->nsessions == 1 ? "" : "s");
+	         B->nconns == 1 ? "" : "s", B->nsessions, B->nsessions == 1 ? "" : "s");
 	for (s = B->sessions; s; s = sn) {
 		sn = s->next;
 		bs_close(s, BS_CLOSE_GOING_AWAY, "bridge shutting down");
@@ -111,15 +111,12 @@ void bridge_wakeup(void)
 }
 
 static const struct lws_protocols server_protocols[] = {
-	/* first: a client that names no subprotocol lands here too (PLATFORM.md §5) */
-	{ BRIDGE_PROTO, callback_browser, sizeof(struct bconn), 4096, 0, NULL, 0 },
-	{ NULL, NULL, 0, 0, 0, NULL, 0 }
-};
+    /* first: a client that names no subprotocol lands here too (PLATFORM.md §5) */
+    {BRIDGE_PROTO, callback_browser, sizeof(struct bconn), 4096, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0}};
 
 static const struct lws_protocols client_protocols[] = {
-	{ UPSTREAM_LOCAL, callback_upstream, 0, 4096, 0, NULL, 0 },
-	{ NULL, NULL, 0, 0, 0, NULL, 0 }
-};
+    {UPSTREAM_LOCAL, callback_upstream, 0, 4096, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
 
 static lws_retry_bo_t browser_retry;
 
@@ -149,7 +146,7 @@ int main(int argc, char **argv)
 
 	if (argc > 1) {
 		fprintf(stderr, "usage: %s (configuration from $LABVM_CONF, default %s)\n", argv[0],
-			CFG_DEFAULT_PATH);
+		        CFG_DEFAULT_PATH);
 		return 2;
 	}
 	B = &bridge;
@@ -164,7 +161,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (upstream_parse_api(B->cfg.kube_api, B->kube_host, sizeof B->kube_host, &B->kube_port,
-			       B->kube_prefix, sizeof B->kube_prefix) < 0) {
+	                       B->kube_prefix, sizeof B->kube_prefix) < 0) {
 		log_err("config: kube_api '%s' is not https://host[:port][/path]", B->cfg.kube_api);
 		goto out;
 	}
@@ -174,7 +171,7 @@ int main(int argc, char **argv)
 	}
 	if (upstream_load_token() < 0)
 		log_warn("no service-account token yet; consoles fail until %s is readable",
-			 B->cfg.kube_token_file);
+		         B->cfg.kube_token_file);
 
 	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
 
@@ -226,7 +223,7 @@ int main(int argc, char **argv)
 	B->vhost = lws_create_vhost(B->ctx, &info);
 	if (!B->vhost) {
 		log_err("cannot set up the upstream TLS client (kube_ca_file %s)",
-			B->cfg.kube_ca_file);
+		        B->cfg.kube_ca_file);
 		goto out;
 	}
 
@@ -236,8 +233,8 @@ int main(int argc, char **argv)
 	}
 	lws_sul_schedule(B->ctx, 0, &B->tick, tick, 1000 * LWS_US_PER_MS);
 	log_info("listening on %s (path %s), upstream %s:%d namespace %s, ping %d s, linger %d s",
-		 B->cfg.console_listen, B->cfg.console_path, B->kube_host,
-		 B->kube_port, B->cfg.namespace_, B->cfg.console_ping_s, B->console_linger_s);
+	         B->cfg.console_listen, B->cfg.console_path, B->kube_host, B->kube_port,
+	         B->cfg.namespace_, B->cfg.console_ping_s, B->console_linger_s);
 
 	while (!done && lws_service(B->ctx, 0) >= 0) {
 		if (stop_requested && !B->stopping)

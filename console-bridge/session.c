@@ -233,7 +233,7 @@ int bs_attach(struct bconn *c)
 		}
 		lws_callback_on_writable(c->wsi);
 		log_info("session %s: console %llu attached (user %s, %d open, upstream shared)",
-			 s->sid, (unsigned long long)c->id, c->user, s->nconns);
+		         s->sid, (unsigned long long)c->id, c->user, s->nconns);
 		return 0;
 	}
 	if (bc_send_status(c, "connecting") < 0) {
@@ -242,8 +242,8 @@ int bs_attach(struct bconn *c)
 	}
 	lws_callback_on_writable(c->wsi);
 	log_info("session %s: console %llu attached (user %s, %d open, upstream %s)", s->sid,
-		 (unsigned long long)c->id, c->user, s->nconns,
-		 created ? "opening" : "already opening");
+	         (unsigned long long)c->id, c->user, s->nconns,
+	         created ? "opening" : "already opening");
 	if (s->up_state == UP_NONE && upstream_open(s) < 0) {
 		bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: cannot connect");
 		return -1;
@@ -273,7 +273,7 @@ void bs_detach(struct bconn *c)
 			return;
 		}
 		log_info("session %s: last console left; upstream kept for %d s", s->sid,
-			 B->console_linger_s);
+		         B->console_linger_s);
 	}
 	/* a paused upstream may have been waiting for this (slow) browser only */
 	if ((s->up_rx_paused || s->up_want_pause) && s->up) {
@@ -310,10 +310,11 @@ void bc_close(struct bconn *c, int code, const char *reason, int flush)
 		B->st.refused[bs_refuse_index(code)]++;
 	if (c->sess)
 		log_info("session %s: console %llu closed: %d %s", c->sess->sid,
-			 (unsigned long long)c->id, code, reason);
+		         (unsigned long long)c->id, code, reason);
 	else
 		log_info("session %s: console %llu refused (peer %s): %d %s",
-			 c->sid[0] ? c->sid : "-", (unsigned long long)c->id, c->peer, code, reason);
+		         c->sid[0] ? c->sid : "-", (unsigned long long)c->id, c->peer, code,
+		         reason);
 	bs_detach(c);
 	c->state = BC_CLOSING;
 	c->t_state = bridge_now_ms();
@@ -339,9 +340,9 @@ void bs_close(struct bsession *s, int code, const char *reason)
 	if (s->dead)
 		return;
 	log_info("session %s: console session closed: %d %s (%d browser%s, %llu bytes down, "
-		 "%llu up)",
-		 s->sid, code, reason, s->nconns, s->nconns == 1 ? "" : "s",
-		 (unsigned long long)s->bytes_down, (unsigned long long)s->bytes_up);
+	         "%llu up)",
+	         s->sid, code, reason, s->nconns, s->nconns == 1 ? "" : "s",
+	         (unsigned long long)s->bytes_down, (unsigned long long)s->bytes_up);
 	s->dead = 1;
 	/* flush output already received, then close with the reason */
 	while (s->conns)
@@ -482,12 +483,15 @@ void bs_tick(int64_t now)
 		next = s->next;
 		if (s->dead)
 			continue;
-		if (s->up_state == UP_CONNECTING && now - s->t_open_start > BS_UP_TIMEOUT_S * 1000) {
+		if (s->up_state == UP_CONNECTING &&
+		    now - s->t_open_start > BS_UP_TIMEOUT_S * 1000) {
 			B->st.upstream_failures++;
-			bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: handshake timeout");
+			bs_close(s, BS_CLOSE_UPSTREAM,
+			         "upstream console failed: handshake timeout");
 			continue;
 		}
-		if (!s->nconns && s->t_idle && now - s->t_idle > (int64_t)B->console_linger_s * 1000)
+		if (!s->nconns && s->t_idle &&
+		    now - s->t_idle > (int64_t)B->console_linger_s * 1000)
 			bs_close(s, BS_CLOSE_NORMAL, "idle: no console for console_linger_s");
 	}
 }

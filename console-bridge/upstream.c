@@ -15,7 +15,7 @@
 #include "util.h"
 
 int upstream_parse_api(const char *api, char *host, size_t hostlen, int *port, char *prefix,
-		       size_t prefixlen)
+                       size_t prefixlen)
 {
 	const char *p, *h, *he, *slash;
 
@@ -120,9 +120,9 @@ int upstream_open(struct bsession *s)
 	if (upstream_load_token() < 0)
 		return -1;
 	if (snprintf(path, sizeof path,
-		     "%s/apis/subresources.kubevirt.io/v1/namespaces/%s/virtualmachineinstances/%s/"
-		     "console",
-		     B->kube_prefix, B->cfg.namespace_, s->vm) >= (int)sizeof path)
+	             "%s/apis/subresources.kubevirt.io/v1/namespaces/%s/virtualmachineinstances/%s/"
+	             "console",
+	             B->kube_prefix, B->cfg.namespace_, s->vm) >= (int)sizeof path)
 		return -1;
 	up_retry.secs_since_valid_ping = (uint16_t)B->cfg.console_ping_s;
 	up_retry.secs_since_valid_hangup = (uint16_t)(B->cfg.console_ping_s * 3);
@@ -196,8 +196,9 @@ static int upstream_writeable(struct lws *wsi, struct bsession *s)
 
 	if (!s || s->dead || s->up_state == UP_CLOSING) {
 		static const char bye[] = "console closed";
-		lws_close_reason(wsi, B->stopping ? LWS_CLOSE_STATUS_GOINGAWAY : LWS_CLOSE_STATUS_NORMAL,
-				 (unsigned char *)bye, sizeof bye - 1);
+		lws_close_reason(wsi,
+		                 B->stopping ? LWS_CLOSE_STATUS_GOINGAWAY : LWS_CLOSE_STATUS_NORMAL,
+		                 (unsigned char *)bye, sizeof bye - 1);
 		return -1;
 	}
 	if (s->up_want_pause) {
@@ -221,7 +222,7 @@ static int upstream_writeable(struct lws *wsi, struct bsession *s)
 }
 
 int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-		      size_t len)
+                      size_t len)
 {
 	struct bsession *s = lws_get_opaque_user_data(wsi);
 
@@ -237,8 +238,8 @@ int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *u
 		if (!B->bearer)
 			return -1;
 		if (lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
-						 (const unsigned char *)B->bearer,
-						 (int)strlen(B->bearer), p, end))
+		                                 (const unsigned char *)B->bearer,
+		                                 (int)strlen(B->bearer), p, end))
 			return -1;
 		return 0;
 	}
@@ -264,8 +265,8 @@ int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *u
 			const unsigned char *b = in;
 			int code = b[0] << 8 | b[1];
 			snprintf(s->up_why, sizeof s->up_why, "closed by the API server (%d%s%.*s)",
-				 code, len > 2 ? ": " : "", (int)(len > 60 ? 58 : len - 2),
-				 (const char *)b + 2);
+			         code, len > 2 ? ": " : "", (int)(len > 60 ? 58 : len - 2),
+			         (const char *)b + 2);
 		}
 		return 0;
 

@@ -13,8 +13,8 @@
 enum hres { H_DONE = 0, H_DB_LOST = 1 };
 
 enum route_needs {
-	NEED_USER = 1 << 0,   /* REMOTE_USER must be set (401) */
-	NEED_JSON = 1 << 1,   /* Content-Type application/json (415), body read and parsed */
+	NEED_USER = 1 << 0, /* REMOTE_USER must be set (401) */
+	NEED_JSON = 1 << 1, /* Content-Type application/json (415), body read and parsed */
 };
 
 typedef enum hres (*handler_fn)(struct req *r);

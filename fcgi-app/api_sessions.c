@@ -27,8 +27,8 @@
 #include "session.h"
 #include "ticket.h"
 
-#define LOCK_USER     "7301"
-#define LOCK_CAPACITY "7302"
+#define LOCK_USER        "7301"
+#define LOCK_CAPACITY    "7302"
 #define GRADE_OUTPUT_MAX 8192
 
 /* ---------------------------------------------------------------- helpers */
@@ -67,7 +67,7 @@ static void delete_quiet(struct labctx *x, const char *kind, const char *name)
 	char *path = kube_path(kind, x->cfg->namespace_, name);
 	if (!kube_delete(&x->kube, path, "Background"))
 		log_warn("cleanup: deleting %s %s failed: %s (the reaper will retry)", kind, name,
-			 x->kube.msg);
+		         x->kube.msg);
 	free(path);
 }
 
@@ -106,22 +106,31 @@ static int insert_rows(struct req *r, const struct start *st)
 	snprintf(minutes, sizeof minutes, "%d", l->minutes);
 	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
 	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
-	const char *p[11] = { st->names.session_id, r->user, l->id, lesson_runtime_str(l->runtime),
-			      r->x->cfg->environment, lesson_disk_str(st->disk), st->fallback,
-			      rto, yto, pressed, minutes };
-	if (db_cmd(&r->x->db,
-		   "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, "
-		   "disk_source, disk_fallback_reason, running_timeout_s, ready_timeout_s, "
-		   "created_at, expires_at) VALUES ($1::uuid, $2, $3, $4, $5, 'starting', "
-		   "'submitted', $6, $7, $8::int, $9::int, to_timestamp($10::float8), "
-		   "to_timestamp($10::float8) + make_interval(mins => $11::int))",
-		   11, p) < 0)
+	const char *p[11] = {st->names.session_id,
+	                     r->user,
+	                     l->id,
+	                     lesson_runtime_str(l->runtime),
+	                     r->x->cfg->environment,
+	                     lesson_disk_str(st->disk),
+	                     st->fallback,
+	                     rto,
+	                     yto,
+	                     pressed,
+	                     minutes};
+	if (db_cmd(
+	        &r->x->db,
+	        "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, "
+	        "disk_source, disk_fallback_reason, running_timeout_s, ready_timeout_s, "
+	        "created_at, expires_at) VALUES ($1::uuid, $2, $3, $4, $5, 'starting', "
+	        "'submitted', $6, $7, $8::int, $9::int, to_timestamp($10::float8), "
+	        "to_timestamp($10::float8) + make_interval(mins => $11::int))",
+	        11, p) < 0)
 		return -1;
-	const char *q[4] = { st->names.session_id, st->names.vm, st->names.secret, st->token };
+	const char *q[4] = {st->names.session_id, st->names.vm, st->names.secret, st->token};
 	return db_cmd(&r->x->db,
-		      "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
-		      "VALUES ($1::uuid, $2, $3, $4)",
-		      4, q);
+	              "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
+	              "VALUES ($1::uuid, $2, $3, $4)",
+	              4, q);
 }
 
 /* Create the Secret and the VM and tie them; on failure undo and say why. */
@@ -145,14 +154,15 @@ static int submit(struct req *r, const struct start *st, char *why, size_t whyle
 	if (code != 201 && code != 200) {
 		snprintf(why, whylen, "creating the cloud-init Secret: %s", x->kube.msg);
 		if (code)
-			delete_quiet(x, "secrets", st->names.secret); /* a timeout may have created it */
+			delete_quiet(x, "secrets",
+			             st->names.secret); /* a timeout may have created it */
 		goto out;
 	}
 	code = kube_create(&x->kube, vpath, vm, &created);
 	const char *uid = kj_str(created, "metadata.uid");
 	if ((code != 201 && code != 200) || !uid) {
 		snprintf(why, whylen, "creating the VirtualMachine: %s",
-			 x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
 		delete_quiet(x, "virtualmachines", st->names.vm);
 		delete_quiet(x, "secrets", st->names.secret);
 		goto out;
@@ -200,21 +210,22 @@ enum hres api_session_create(struct req *r)
 	}
 	st.lesson = lessons_find(x->lessons, lid->valuestring);
 	if (!st.lesson) {
-		resp_error(r, 404, "unknown_lesson", "there is no lesson \"%.100s\"", lid->valuestring);
+		resp_error(r, 404, "unknown_lesson", "there is no lesson \"%.100s\"",
+		           lid->valuestring);
 		return H_DONE;
 	}
 	if (st.lesson->runtime == RUNTIME_POD) {
 		resp_error(r, 501, "not_implemented",
-			   "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
-			   st.lesson->id);
+		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
+		           st.lesson->id);
 		return H_DONE;
 	}
 
 	/* 1-2: one start at a time per user; an open session is the answer */
-	const char *pu[2] = { c->environment, r->user };
+	const char *pu[2] = {c->environment, r->user};
 	if (db_begin(&x->db) < 0 ||
 	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
-		   2, pu) < 0)
+	           2, pu) < 0)
 		goto dberr;
 	int rc = session_load_active(x, r->user, &s);
 	if (rc == SESSION_DBERR)
@@ -237,8 +248,9 @@ enum hres api_session_create(struct req *r)
 		if (g != GOLDEN_OK) {
 			st.disk = DISK_CONTAINERDISK;
 			st.fallback = golden_reason_str(g);
-			log_info("user %s lesson %s: golden disk not used (%s; %s), containerDisk instead",
-				 r->user, st.lesson->id, st.fallback, detail);
+			log_info("user %s lesson %s: golden disk not used (%s; %s), containerDisk "
+			         "instead",
+			         r->user, st.lesson->id, st.fallback, detail);
 		}
 	}
 
@@ -248,7 +260,8 @@ enum hres api_session_create(struct req *r)
 	 * taken under the lock. */
 	long code = count_lab_vms(x, &in_use);
 	if (code != 200 || in_use < c->vm_capacity) {
-		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) < 0)
+		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
+		    0)
 			goto dberr;
 		code = count_lab_vms(x, &in_use);
 	}
@@ -256,7 +269,7 @@ enum hres api_session_create(struct req *r)
 		db_rollback(&x->db);
 		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
 		resp_error(r, 503, "cluster_unavailable",
-			   "the cluster cannot be reached right now: try again in a minute");
+		           "the cluster cannot be reached right now: try again in a minute");
 		return H_DONE;
 	}
 	if (in_use >= c->vm_capacity) {
@@ -285,27 +298,29 @@ enum hres api_session_create(struct req *r)
 	if (submit(r, &st, why, sizeof why) < 0) {
 		db_rollback(&x->db);
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
-			 st.lesson->id, why);
+		         st.lesson->id, why);
 		resp_error(r, 503, "cluster_unavailable",
-			   "the lab machine could not be created: try again in a minute");
+		           "the lab machine could not be created: try again in a minute");
 		return H_DONE;
 	}
-	const char *ps[1] = { sid };
+	const char *ps[1] = {sid};
 	/* 7: from here on a database failure must undo the cluster side */
-	if (db_cmd(&x->db, "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid",
-		   1, ps) < 0 ||
+	if (db_cmd(&x->db,
+	           "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid", 1,
+	           ps) < 0 ||
 	    db_commit(&x->db) < 0) {
 		db_rollback(&x->db);
 		undo_submit(x, &st);
 		log_err("user %s: database failed after submitting %s: %s", r->user, st.names.vm,
-			x->db.msg);
-		resp_error(r, 503, "db_unavailable", "the database is unavailable: try again shortly");
+		        x->db.msg);
+		resp_error(r, 503, "db_unavailable",
+		           "the database is unavailable: try again shortly");
 		return H_DONE;
 	}
 	log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
-		 r->user, st.lesson->id, sid, st.names.vm, lesson_disk_str(st.disk),
-		 st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", in_use + 1,
-		 c->vm_capacity);
+	         r->user, st.lesson->id, sid, st.names.vm, lesson_disk_str(st.disk),
+	         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", in_use + 1,
+	         c->vm_capacity);
 	if (session_load(x, sid, &s) != SESSION_FOUND) {
 		resp_error(r, 503, "db_unavailable", "the session was created but cannot be read");
 		return H_DONE;
@@ -351,7 +366,8 @@ enum hres api_session_delete(struct req *r)
 	if (session_active(&s)) {
 		if (session_finish(r->x, &s, "ended", "user", NULL) < 0) {
 			session_free(&s);
-			resp_error(r, 503, "db_unavailable", "the database is unavailable: try again");
+			resp_error(r, 503, "db_unavailable",
+			           "the database is unavailable: try again");
 			return H_DONE;
 		}
 	} else {
@@ -368,7 +384,7 @@ enum hres api_session_delete(struct req *r)
 static char *step_output(const cJSON *res)
 {
 	const char *out = kj_str(res, "stdout"), *err = kj_str(res, "stderr");
-	struct buf b = { 0 };
+	struct buf b = {0};
 	buf_puts(&b, out ? out : "");
 	if (err && *err) {
 		if (b.len && b.p[b.len - 1] != '\n')
@@ -404,13 +420,15 @@ enum hres api_session_grade(struct req *r)
 		return api_db_error(r);
 	}
 	if (strcmp(s.state, "ready") != 0 || !s.nvms || !s.vms[0].ip) {
-		resp_error(r, 409, "not_ready", "the lab is %s, not ready: nothing to grade", s.state);
+		resp_error(r, 409, "not_ready", "the lab is %s, not ready: nothing to grade",
+		           s.state);
 		session_free(&s);
 		return H_DONE;
 	}
 	l = lessons_find(x->lessons, s.lesson);
 	if (!l) {
-		resp_error(r, 409, "unknown_lesson", "lesson \"%s\" is no longer offered", s.lesson);
+		resp_error(r, 409, "unknown_lesson", "lesson \"%s\" is no longer offered",
+		           s.lesson);
 		session_free(&s);
 		return H_DONE;
 	}
@@ -420,13 +438,14 @@ enum hres api_session_grade(struct req *r)
 		const struct grader_step *gs = &l->steps[i];
 		cJSON *res = NULL;
 		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
-		if (agent_run(&x->agent, s.vms[0].ip, x->cfg->agent_port, s.vms[0].token, gs->command,
-			      timeout, &res) < 0) {
+		if (agent_run(&x->agent, s.vms[0].ip, x->cfg->agent_port, s.vms[0].token,
+		              gs->command, timeout, &res) < 0) {
 			log_warn("session %s: grading step %zu: %s", s.id, i + 1, x->agent.msg);
 			cJSON_Delete(o);
 			cJSON_Delete(steps);
 			resp_error(r, 502, "agent_unreachable",
-				   "the grading agent in your VM did not answer (%s)", x->agent.msg);
+			           "the grading agent in your VM did not answer (%s)",
+			           x->agent.msg);
 			session_free(&s);
 			return H_DONE;
 		}
@@ -453,11 +472,11 @@ enum hres api_session_grade(struct req *r)
 	jx_add_num(o, "total", (double)l->nsteps);
 	jx_put(o, "steps", steps);
 	char *json = jx_print(o);
-	const char *p[2] = { s.id, json };
+	const char *p[2] = {s.id, json};
 	if (db_cmd(&x->db,
-		   "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp() "
-		   "WHERE id = $1::uuid",
-		   2, p) < 0)
+	           "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp() "
+	           "WHERE id = $1::uuid",
+	           2, p) < 0)
 		log_warn("session %s: storing the grade failed: %s", s.id, x->db.msg);
 	cJSON_free(json);
 	log_info("session %s (%s, %s): graded %d/%zu", s.id, s.user, s.lesson, passed, l->nsteps);
@@ -482,12 +501,13 @@ enum hres api_console_ticket(struct req *r)
 		return api_db_error(r);
 	}
 	if (strcmp(s.state, "ready") != 0 || !s.nvms) {
-		resp_error(r, 409, "not_ready", "the lab is %s, not ready: no console yet", s.state);
+		resp_error(r, 409, "not_ready", "the lab is %s, not ready: no console yet",
+		           s.state);
 		session_free(&s);
 		return H_DONE;
 	}
 	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s.id, s.user, s.vms[0].name,
-			      util_epoch_s() + c->ticket_ttl_s);
+	                      util_epoch_s() + c->ticket_ttl_s);
 	if (!t) {
 		session_free(&s);
 		resp_error(r, 500, "internal_error", "could not sign a console ticket");

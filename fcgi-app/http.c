@@ -13,20 +13,34 @@
 static const char *status_text(int s)
 {
 	switch (s) {
-	case 200: return "OK";
-	case 201: return "Created";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 409: return "Conflict";
-	case 413: return "Payload Too Large";
-	case 415: return "Unsupported Media Type";
-	case 500: return "Internal Server Error";
-	case 501: return "Not Implemented";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
+	case 200:
+		return "OK";
+	case 201:
+		return "Created";
+	case 400:
+		return "Bad Request";
+	case 401:
+		return "Unauthorized";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 409:
+		return "Conflict";
+	case 413:
+		return "Payload Too Large";
+	case 415:
+		return "Unsupported Media Type";
+	case 500:
+		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
 	}
 	return "Unknown";
 }
@@ -148,14 +162,14 @@ void resp_json(struct req *r, int status, cJSON *body)
 
 	r->status = status;
 	FCGX_FPrintF(r->fr->out,
-		     "Status: %d %s\r\n"
-		     "Content-Type: application/json; charset=utf-8\r\n"
-		     "Cache-Control: no-store\r\n"
-		     "X-Content-Type-Options: nosniff\r\n"
-		     "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
-		     "%s\r\n",
-		     status, status_text(status), x->db.ms, x->kube.ms, x->agent.ms, total,
-		     r->headers.p ? r->headers.p : "");
+	             "Status: %d %s\r\n"
+	             "Content-Type: application/json; charset=utf-8\r\n"
+	             "Cache-Control: no-store\r\n"
+	             "X-Content-Type-Options: nosniff\r\n"
+	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
+	             "%s\r\n",
+	             status, status_text(status), x->db.ms, x->kube.ms, x->agent.ms, total,
+	             r->headers.p ? r->headers.p : "");
 	FCGX_PutStr(json, (int)strlen(json), r->fr->out);
 	FCGX_PutS("\n", r->fr->out);
 	if (FCGX_GetError(r->fr->out))

@@ -41,9 +41,9 @@ static void on_term(int sig)
 
 static void log_request(const struct req *r, const struct labctx *x)
 {
-	log_info("%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)",
-		 r->user ? r->user : "-", r->method, r->path, r->status,
-		 (util_mono_s() - r->t0) * 1000.0, x->db.ms, x->kube.ms, x->kube.calls, x->agent.ms);
+	log_info("%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)", r->user ? r->user : "-",
+	         r->method, r->path, r->status, (util_mono_s() - r->t0) * 1000.0, x->db.ms,
+	         x->kube.ms, x->kube.calls, x->agent.ms);
 }
 
 static void *worker(void *arg)
@@ -81,8 +81,8 @@ static void *worker(void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
-		   "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
-		   "  --check  load and validate the config and lessons, then exit\n");
+	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
+	           "  --check  load and validate the config and lessons, then exit\n");
 }
 
 int main(int argc, char **argv)
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 	if (!th)
 		return 1;
 	log_info("serving %zu lessons, environment %s, namespace %s, %d workers", lessons.n,
-		 cfg.environment, cfg.namespace_, n);
+	         cfg.environment, cfg.namespace_, n);
 	for (int i = 0; i < n; i++)
 		if (pthread_create(&th[i], NULL, worker, NULL) != 0) {
 			log_err("cannot start worker %d", i);

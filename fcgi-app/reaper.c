@@ -36,11 +36,11 @@ struct counts {
 };
 
 struct obj {
-	char *kind;        /* "virtualmachines" | "secrets" */
+	char *kind; /* "virtualmachines" | "secrets" */
 	char *name;
-	char *session_id;  /* label value, may be NULL */
+	char *session_id; /* label value, may be NULL */
 	double age_s;
-	int done;          /* deleted (or found deleted) during this run */
+	int done; /* deleted (or found deleted) during this run */
 };
 
 struct objs {
@@ -64,8 +64,8 @@ static int list_objs(struct labctx *x, const char *kind, struct objs *out)
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
-	char *sel = xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment,
-			      c->environment);
+	char *sel =
+	    xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment, c->environment);
 	cJSON *list = NULL;
 	long code = kube_list(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items"), *it;
@@ -77,11 +77,13 @@ static int list_objs(struct labctx *x, const char *kind, struct objs *out)
 		rc = -1;
 		goto out;
 	}
-	out->v = xrealloc(out->v, (out->n + (size_t)cJSON_GetArraySize(items) + 1) * sizeof *out->v);
+	out->v =
+	    xrealloc(out->v, (out->n + (size_t)cJSON_GetArraySize(items) + 1) * sizeof *out->v);
 	cJSON_ArrayForEach(it, items)
 	{
 		const cJSON *labels = kj_get(it, "metadata.labels");
-		const cJSON *marker = cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_session);
+		const cJSON *marker =
+		    cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_session);
 		const cJSON *env = cJSON_GetObjectItemCaseSensitive(labels, c->label.environment);
 		const cJSON *sid = cJSON_GetObjectItemCaseSensitive(labels, c->label.session_id);
 		const char *name = kj_str(it, "metadata.name");
@@ -125,11 +127,11 @@ static struct obj *find_obj(struct objs *os, const char *kind, const char *name)
 /* The ids of this environment's active sessions (malloc'd array of malloc'd strings). */
 static int active_ids(struct labctx *x, char ***ids, size_t *n)
 {
-	const char *p[1] = { x->cfg->environment };
+	const char *p[1] = {x->cfg->environment};
 	PGresult *r = db_exec(&x->db,
-			      "SELECT id::text FROM sessions WHERE environment = $1 "
-			      "AND state IN ('starting', 'ready') ORDER BY created_at",
-			      1, p);
+	                      "SELECT id::text FROM sessions WHERE environment = $1 "
+	                      "AND state IN ('starting', 'ready') ORDER BY created_at",
+	                      1, p);
 	if (!r)
 		return -1;
 	*n = (size_t)PQntuples(r);
@@ -143,19 +145,18 @@ static int active_ids(struct labctx *x, char ***ids, size_t *n)
 /* State of a session row: "ready", "ended", ... or NULL when there is none. */
 static char *row_state(struct labctx *x, const char *sid)
 {
-	const char *p[2] = { sid, x->cfg->environment };
+	const char *p[2] = {sid, x->cfg->environment};
 	if (!sid || !util_uuid_valid(sid))
 		return NULL;
-	PGresult *r = db_exec(&x->db,
-			      "SELECT state FROM sessions WHERE id = $1::uuid AND environment = $2", 2,
-			      p);
+	PGresult *r = db_exec(
+	    &x->db, "SELECT state FROM sessions WHERE id = $1::uuid AND environment = $2", 2, p);
 	char *st = r && PQntuples(r) ? xstrdup(PQgetvalue(r, 0, 0)) : NULL;
 	PQclear(r);
 	return st;
 }
 
 static void advance_one(struct labctx *x, const char *id, struct objs *vms, struct objs *secrets,
-			struct counts *k)
+                        struct counts *k)
 {
 	struct session s;
 	if (session_load(x, id, &s) != SESSION_FOUND) {
@@ -167,9 +168,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 			printf("would end session %s (%s, %s): expired\n", s.id, s.user, s.lesson);
 			k->expired++;
 		} else if (strcmp(s.state, "starting") == 0 &&
-			   ((!s.running_at && s.t_submitted > 0 &&
-			     s.t_now > s.t_submitted + s.running_timeout_s) ||
-			    (s.running_at && s.t_now > s.t_running + s.ready_timeout_s))) {
+		           ((!s.running_at && s.t_submitted > 0 &&
+		             s.t_now > s.t_submitted + s.running_timeout_s) ||
+		            (s.running_at && s.t_now > s.t_running + s.ready_timeout_s))) {
 			printf("would fail session %s (%s, %s): past its %s deadline\n", s.id,
 			       s.user, s.lesson, s.running_at ? "ready" : "running");
 			k->failed_stuck++;
@@ -186,7 +187,7 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		else if (strcmp(before, s.state) != 0)
 			k->failed_stuck++;
 		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson, before,
-			 s.state, s.error ? ": " : "", s.error ? s.error : "");
+		         s.state, s.error ? ": " : "", s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
 			struct obj *o = find_obj(vms, "virtualmachines", s.vms[i].name);
@@ -219,10 +220,10 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 			} else {
 				char msg[256];
 				snprintf(msg, sizeof msg,
-					 "%s: the VM %s disappeared from the cluster", s.stage,
-					 s.vms[i].name);
+				         "%s: the VM %s disappeared from the cluster", s.stage,
+				         s.vms[i].name);
 				log_info("session %s (%s): VM %s vanished; failing the session",
-					 s.id, s.user, s.vms[i].name);
+				         s.id, s.user, s.vms[i].name);
 				if (session_finish(x, &s, "failed", "failed", msg) < 0)
 					k->errors++;
 			}
@@ -233,7 +234,7 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 }
 
 static void orphans(struct labctx *x, struct objs *os, char **active, size_t nactive,
-		    struct counts *k)
+                    struct counts *k)
 {
 	const struct cfg *c = x->cfg;
 	for (size_t i = 0; i < os->n; i++) {
@@ -255,7 +256,7 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		if (!st && o->age_s < c->orphan_grace_s) {
 			k->kept_young++;
 			log_debug("keeping %s %s: no session yet, %.0fs old (grace %ds)", o->kind,
-				  o->name, o->age_s, c->orphan_grace_s);
+			          o->name, o->age_s, c->orphan_grace_s);
 			free(st);
 			continue;
 		}
@@ -267,11 +268,11 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			char *path = kube_path(o->kind, c->namespace_, o->name);
 			if (kube_delete(&x->kube, path, "Background")) {
 				log_info("deleted %s %s: orphan (session %s %s, %.0fs old)",
-					 vm ? "VM" : "Secret", o->name,
-					 o->session_id ? o->session_id : "-", why, o->age_s);
+				         vm ? "VM" : "Secret", o->name,
+				         o->session_id ? o->session_id : "-", why, o->age_s);
 			} else {
 				log_warn("deleting %s %s failed: %s", vm ? "VM" : "Secret", o->name,
-					 x->kube.msg);
+				         x->kube.msg);
 				k->errors++;
 			}
 			free(path);
@@ -287,17 +288,17 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm-reaper [--dry-run] [--grace SECONDS]\n"
-		   "  Reclaims expired, failed and orphaned lab objects of this environment.\n"
-		   "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n");
+	           "  Reclaims expired, failed and orphaned lab objects of this environment.\n"
+	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n");
 }
 
 int main(int argc, char **argv)
 {
 	struct cfg cfg;
-	struct lessons none = { 0 };
+	struct lessons none = {0};
 	struct labctx x;
-	struct counts k = { 0 };
-	struct objs vms = { 0 }, secrets = { 0 };
+	struct counts k = {0};
+	struct objs vms = {0}, secrets = {0};
 	char **ids = NULL;
 	size_t nids = 0, nactive = 0;
 	char err[1024];
@@ -328,9 +329,9 @@ int main(int argc, char **argv)
 	if (labctx_init(&x, &cfg, &none) < 0)
 		return 1;
 
-	const char *pl[1] = { cfg.environment };
-	PGresult *lr = db_exec(&x.db, "SELECT pg_try_advisory_lock(" LOCK_REAPER ", hashtext($1))",
-			       1, pl);
+	const char *pl[1] = {cfg.environment};
+	PGresult *lr =
+	    db_exec(&x.db, "SELECT pg_try_advisory_lock(" LOCK_REAPER ", hashtext($1))", 1, pl);
 	if (!lr) {
 		log_err("cannot reach the database: %s", x.db.msg);
 		goto out;

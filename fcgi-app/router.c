@@ -12,20 +12,20 @@
 
 struct route {
 	const char *method;
-	const char *pattern;    /* '*' matches one path segment: the {id} */
+	const char *pattern; /* '*' matches one path segment: the {id} */
 	handler_fn fn;
 	unsigned needs;
 };
 
 static const struct route routes[] = {
-	{ "GET", "/api/lessons", api_lessons, NEED_USER },
-	{ "GET", "/api/healthz", api_healthz, 0 },
-	{ "POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON },
-	{ "GET", "/api/sessions/current", api_session_current, NEED_USER },
-	{ "GET", "/api/sessions/*", api_session_get, NEED_USER },
-	{ "DELETE", "/api/sessions/*", api_session_delete, NEED_USER },
-	{ "POST", "/api/sessions/*/grade", api_session_grade, NEED_USER | NEED_JSON },
-	{ "POST", "/api/sessions/*/console-ticket", api_console_ticket, NEED_USER | NEED_JSON },
+    {"GET", "/api/lessons", api_lessons, NEED_USER},
+    {"GET", "/api/healthz", api_healthz, 0},
+    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON},
+    {"GET", "/api/sessions/current", api_session_current, NEED_USER},
+    {"GET", "/api/sessions/*", api_session_get, NEED_USER},
+    {"DELETE", "/api/sessions/*", api_session_delete, NEED_USER},
+    {"POST", "/api/sessions/*/grade", api_session_grade, NEED_USER | NEED_JSON},
+    {"POST", "/api/sessions/*/console-ticket", api_console_ticket, NEED_USER | NEED_JSON},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -81,7 +81,7 @@ static enum hres run(struct req *r, const struct route *rt)
 	if (rt->needs & NEED_JSON) {
 		if (!is_json_type(r->content_type)) {
 			resp_error(r, 415, "unsupported_media_type",
-				   "request bodies must be application/json");
+			           "request bodies must be application/json");
 			return H_DONE;
 		}
 		if (!r->body && req_read_body(r) < 0)
@@ -101,7 +101,7 @@ static enum hres run(struct req *r, const struct route *rt)
 void router_dispatch(struct req *r)
 {
 	const struct route *found = NULL;
-	struct buf allow = { 0 };
+	struct buf allow = {0};
 
 	db_reset_timer(&r->x->db);
 	kube_reset_timer(&r->x->kube);
@@ -134,8 +134,8 @@ void router_dispatch(struct req *r)
 	if (!found) {
 		if (allow.len) {
 			resp_header(r, "Allow", "%s", allow.p);
-			resp_error(r, 405, "method_not_allowed", "%s is not allowed here (allowed: %s)",
-				   r->method, allow.p);
+			resp_error(r, 405, "method_not_allowed",
+			           "%s is not allowed here (allowed: %s)", r->method, allow.p);
 		} else {
 			resp_error(r, 404, "not_found", "no such API route");
 		}
@@ -152,10 +152,11 @@ void router_dispatch(struct req *r)
 		db_rollback(&r->x->db);
 		if (attempt == 0 && db_ensure(&r->x->db) == 0) {
 			log_info("database connection re-established; retrying %s %s", r->method,
-				 r->path);
+			         r->path);
 			continue;
 		}
-		resp_error(r, 503, "db_unavailable", "the database is unavailable: try again shortly");
+		resp_error(r, 503, "db_unavailable",
+		           "the database is unavailable: try again shortly");
 		return;
 	}
 }

@@ -36,12 +36,13 @@ void agent_cleanup(struct agent *a)
 
 /* One request; returns the HTTP status or 0 (a->msg). */
 static long call(struct agent *a, const char *ip, int port, const char *token, const char *path,
-		 const char *json, long timeout_ms)
+                 const char *json, long timeout_ms)
 {
 	char url[256];
 	char *auth = xasprintf("Authorization: Bearer %s", token);
 	struct curl_slist *h1 = curl_slist_append(NULL, auth);
-	struct curl_slist *hdrs = h1 ? curl_slist_append(h1, "Content-Type: application/json") : NULL;
+	struct curl_slist *hdrs =
+	    h1 ? curl_slist_append(h1, "Content-Type: application/json") : NULL;
 	long code = 0;
 	double t0 = util_mono_s();
 	CURLcode rc;
@@ -54,7 +55,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 		return 0;
 	}
 	snprintf(url, sizeof url, strchr(ip, ':') ? "http://[%s]:%d%s" : "http://%s:%d%s", ip, port,
-		 path);
+	         path);
 	curl_easy_reset(a->h);
 	buf_reset(&a->body);
 	a->err[0] = '\0';
@@ -62,20 +63,22 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	    curl_easy_setopt(a->h, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_NOPROXY, "*") != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 2000 ? timeout_ms : 2000L) != CURLE_OK ||
+	    curl_easy_setopt(a->h, CURLOPT_CONNECTTIMEOUT_MS,
+	                     timeout_ms < 2000 ? timeout_ms : 2000L) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_ERRORBUFFER, a->err) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
 	    curl_easy_setopt(a->h, CURLOPT_WRITEDATA, &a->body) != CURLE_OK ||
-	    (json && (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
-		      curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK))) {
+	    (json &&
+	     (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
+	      curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK))) {
 		snprintf(a->msg, sizeof a->msg, "curl setup failed");
 		goto out;
 	}
 	rc = curl_easy_perform(a->h);
 	if (rc != CURLE_OK) {
 		snprintf(a->msg, sizeof a->msg, "agent at %s:%d unreachable: %s", ip, port,
-			 a->err[0] ? a->err : curl_easy_strerror(rc));
+		         a->err[0] ? a->err : curl_easy_strerror(rc));
 		goto out;
 	}
 	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
@@ -86,7 +89,7 @@ out:
 }
 
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
-			     int timeout_ms, cJSON **detail)
+                             int timeout_ms, cJSON **detail)
 {
 	long code = call(a, ip, port, token, "/ready", NULL, timeout_ms);
 	if (detail)
@@ -104,7 +107,7 @@ enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const ch
 }
 
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,
-	      int timeout_s, cJSON **result)
+              int timeout_s, cJSON **result)
 {
 	cJSON *req = jx_obj();
 	char *json;

@@ -3,8 +3,8 @@
 #ifndef LABVM_CORE_AGENT_H
 #define LABVM_CORE_AGENT_H
 
-#include <curl/curl.h>
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 
 #include "util.h"
 
@@ -21,17 +21,18 @@ void agent_cleanup(struct agent *a);
 
 enum agent_ready {
 	AGENT_UNREACHABLE = -1,
-	AGENT_NOT_READY = 0,    /* *detail: the agent's 503 body ({"state", "exit_code", "log_tail"}) */
+	AGENT_NOT_READY =
+	    0, /* *detail: the agent's 503 body ({"state", "exit_code", "log_tail"}) */
 	AGENT_READY = 1,
 };
 
 /* One bounded GET /ready. detail (may be NULL) gets the parsed body. */
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
-			     int timeout_ms, cJSON **detail);
+                             int timeout_ms, cJSON **detail);
 
 /* POST /run {"cmd", "timeout_s"}: 0 and *result = {"exit_code","stdout","stderr",...};
  * -1 when the agent could not be reached or answered badly (a->msg). */
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,
-	      int timeout_s, cJSON **result);
+              int timeout_s, cJSON **result);
 
 #endif

@@ -14,36 +14,38 @@
  * without default dependencies (bootcmd runs inside cloud-init.service,
  * ordered before sysinit.target: waiting would deadlock). */
 static const char agent_start[] =
-	"mkdir -p " GUEST_STATE_DIR "; "
-	"run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.1; done; exec python3 " GUEST_AGENT_PATH "'; "
-	"if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
-	"systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
-	"/bin/sh -c \"$run\"; "
-	"else nohup /bin/sh -c \"$run\" >/var/log/labvm-agent.log 2>&1 & fi";
+    "mkdir -p " GUEST_STATE_DIR "; "
+    "run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.1; done; exec python3 " GUEST_AGENT_PATH
+    "'; "
+    "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
+    "systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
+    "/bin/sh -c \"$run\"; "
+    "else nohup /bin/sh -c \"$run\" >/var/log/labvm-agent.log 2>&1 & fi";
 
 /* Root autologin on the serial console (KubeVirt's console is ttyS0),
  * written in bootcmd, before getty starts, so the first prompt is already a
  * root shell (a restart later would show "login:" until then). */
-#define AUTOLOGIN_UNIT                                                                    \
-	"[Service]\n"                                                                     \
-	"ExecStart=\n"                                                                    \
-	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 " \
+#define AUTOLOGIN_UNIT                                                                             \
+	"[Service]\n"                                                                              \
+	"ExecStart=\n"                                                                             \
+	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 "         \
 	"--autologin root - $TERM\n"
 
 static const char autologin[] =
-	"mkdir -p \"$(dirname " GUEST_AUTOLOGIN ")\"; "
-	"cat > " GUEST_AUTOLOGIN " <<'LABVM_EOF'\n" AUTOLOGIN_UNIT "LABVM_EOF\n"
-	"if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi";
+    "mkdir -p \"$(dirname " GUEST_AUTOLOGIN ")\"; "
+    "cat > " GUEST_AUTOLOGIN " <<'LABVM_EOF'\n" AUTOLOGIN_UNIT "LABVM_EOF\n"
+    "if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi";
 
 static const char run_setup[] =
-	"mkdir -p " GUEST_STATE_DIR "; : > " GUEST_STATE_DIR "/setup.started; "
-	"cd /root 2>/dev/null || cd /; "
-	"HOME=/root " GUEST_SETUP_PATH " >" GUEST_SETUP_LOG " 2>&1; "
-	"echo $? > " GUEST_STATE_DIR "/setup.rc";
+    "mkdir -p " GUEST_STATE_DIR "; : > " GUEST_STATE_DIR "/setup.started; "
+    "cd /root 2>/dev/null || cd /; "
+    "HOME=/root " GUEST_SETUP_PATH " >" GUEST_SETUP_LOG " 2>&1; "
+    "echo $? > " GUEST_STATE_DIR "/setup.rc";
 
 /* The last line: the ready flag, only after a successful setup. */
 static const char ready_flag[] =
-	"[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] && touch " GUEST_STATE_DIR "/ready";
+    "[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] && touch " GUEST_STATE_DIR
+    "/ready";
 
 static cJSON *sh(const char *script)
 {

@@ -19,12 +19,12 @@
 
 #include "lesson.h"
 
-#define GUEST_AGENT_PATH   "/opt/labvm/agent.py"
-#define GUEST_TOKEN_PATH   "/etc/labvm/agent-token"
-#define GUEST_SETUP_PATH   "/opt/labvm/setup.sh"
-#define GUEST_SETUP_LOG    "/var/log/labvm-setup.log"
-#define GUEST_STATE_DIR    "/var/lib/labvm"
-#define GUEST_AUTOLOGIN    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
+#define GUEST_AGENT_PATH "/opt/labvm/agent.py"
+#define GUEST_TOKEN_PATH "/etc/labvm/agent-token"
+#define GUEST_SETUP_PATH "/opt/labvm/setup.sh"
+#define GUEST_SETUP_LOG  "/var/log/labvm-setup.log"
+#define GUEST_STATE_DIR  "/var/lib/labvm"
+#define GUEST_AUTOLOGIN  "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"
 
 /* The user-data document (malloc'd), or NULL on allocation failure. */
 char *cloudinit_build(const struct lesson *l, const char *agent_token);

@@ -19,39 +19,45 @@ struct cfg_key {
 	enum cfg_type type;
 	size_t off;
 	const char *def;
-	int min, max;       /* CFG_INT bounds */
+	int min, max; /* CFG_INT bounds */
 };
 
-#define S(name, def)               { #name, CFG_STR, offsetof(struct cfg, name), def, 0, 0 }
-#define I(name, def, min, max)     { #name, CFG_INT, offsetof(struct cfg, name), def, min, max }
+#define S(name, def)                                                                               \
+	{                                                                                          \
+#name, CFG_STR, offsetof(struct cfg, name), def, 0, 0                              \
+	}
+#define I(name, def, min, max)                                                                     \
+	{                                                                                          \
+#name, CFG_INT, offsetof(struct cfg, name), def, min, max                          \
+	}
 
 static const struct cfg_key keys[] = {
-	S(environment, "dev"),
-	{ "namespace", CFG_STR, offsetof(struct cfg, namespace_), "labs", 0, 0 },
-	S(kube_api, "https://kubernetes.default.svc"),
-	S(kube_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token"),
-	S(kube_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
-	I(kube_timeout_ms, "10000", 100, 600000),
-	S(database, "postgresql:///labvm"),
-	I(vm_capacity, "8", 0, 100000),
-	I(retry_after_s, "30", 1, 3600),
-	S(lessons_dir, "/etc/labvm/lessons"),
-	S(label_prefix, "labvm.io"),
-	S(ticket_key_file, "/etc/labvm/ticket.key"),
-	I(ticket_ttl_s, "30", 5, 3600),
-	I(fcgi_threads, "4", 1, 256),
-	S(fcgi_listen, ""),
-	S(base_path, ""),
-	I(agent_port, "8899", 1, 65535),
-	I(agent_ready_timeout_ms, "1500", 100, 60000),
-	I(agent_run_timeout_s, "30", 1, 300),
-	S(console_listen, "127.0.0.1:7682"),
-	S(console_path, "/console/"),
-	I(console_ping_s, "10", 1, 600),
-	I(console_linger_s, "120", 0, 86400),
-	I(console_max_per_session, "8", 1, 100000),
-	I(orphan_grace_s, "120", 0, 86400),
-	S(log_level, "info"),
+    S(environment, "dev"),
+    {"namespace", CFG_STR, offsetof(struct cfg, namespace_), "labs", 0, 0},
+    S(kube_api, "https://kubernetes.default.svc"),
+    S(kube_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+    S(kube_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
+    I(kube_timeout_ms, "10000", 100, 600000),
+    S(database, "postgresql:///labvm"),
+    I(vm_capacity, "8", 0, 100000),
+    I(retry_after_s, "30", 1, 3600),
+    S(lessons_dir, "/etc/labvm/lessons"),
+    S(label_prefix, "labvm.io"),
+    S(ticket_key_file, "/etc/labvm/ticket.key"),
+    I(ticket_ttl_s, "30", 5, 3600),
+    I(fcgi_threads, "4", 1, 256),
+    S(fcgi_listen, ""),
+    S(base_path, ""),
+    I(agent_port, "8899", 1, 65535),
+    I(agent_ready_timeout_ms, "1500", 100, 60000),
+    I(agent_run_timeout_s, "30", 1, 300),
+    S(console_listen, "127.0.0.1:7682"),
+    S(console_path, "/console/"),
+    I(console_ping_s, "10", 1, 600),
+    I(console_linger_s, "120", 0, 86400),
+    I(console_max_per_session, "8", 1, 100000),
+    I(orphan_grace_s, "120", 0, 86400),
+    S(log_level, "info"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -71,7 +77,7 @@ static char *trim(char *s)
 }
 
 static int set_value(struct cfg *c, const struct cfg_key *k, const char *v, char *err,
-		     size_t errlen)
+                     size_t errlen)
 {
 	char *slot = (char *)c + k->off;
 	if (k->type == CFG_STR) {
@@ -85,7 +91,7 @@ static int set_value(struct cfg *c, const struct cfg_key *k, const char *v, char
 	long n = strtol(v, &end, 10);
 	if (errno || end == v || *end || n < k->min || n > k->max) {
 		snprintf(err, errlen, "%s: '%s' is not a number in %d..%d", k->name, v, k->min,
-			 k->max);
+		         k->max);
 		return -1;
 	}
 	*(int *)(void *)slot = (int)n;
@@ -96,7 +102,7 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 {
 	if (!util_label_value_ok(c->environment) || !*c->environment) {
 		snprintf(err, errlen, "environment: '%s' is not a valid label value",
-			 c->environment);
+		         c->environment);
 		return -1;
 	}
 	if (!util_dns_label_ok(c->namespace_)) {
@@ -120,7 +126,7 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 	enum log_level lv;
 	if (log_level_parse(c->log_level, &lv) < 0) {
 		snprintf(err, errlen, "log_level: '%s' is not one of err, warn, info, debug",
-			 c->log_level);
+		         c->log_level);
 		return -1;
 	}
 	log_set_level(lv);
@@ -133,7 +139,7 @@ static int load_ticket_key(struct cfg *c, char *err, size_t errlen)
 	char *k = util_read_file(c->ticket_key_file, 4096, &len);
 	if (!k) {
 		snprintf(err, errlen, "ticket_key_file %s: %s", c->ticket_key_file,
-			 strerror(errno));
+		         strerror(errno));
 		return -1;
 	}
 	util_rstrip(k);
@@ -141,7 +147,7 @@ static int load_ticket_key(struct cfg *c, char *err, size_t errlen)
 	if (len < 32) {
 		free(k);
 		snprintf(err, errlen, "ticket_key_file %s: key shorter than 32 bytes",
-			 c->ticket_key_file);
+		         c->ticket_key_file);
 		return -1;
 	}
 	c->ticket_key = (unsigned char *)k;

@@ -11,13 +11,13 @@
 #define CFG_DEFAULT_PATH "/etc/labvm/labvm.conf"
 
 struct cfg {
-	char *environment;          /* value of <prefix>/environment */
-	char *namespace_;           /* lab namespace */
-	char *kube_api;             /* https://host:port, no trailing slash */
+	char *environment; /* value of <prefix>/environment */
+	char *namespace_;  /* lab namespace */
+	char *kube_api;    /* https://host:port, no trailing slash */
 	char *kube_token_file;
 	char *kube_ca_file;
 	int kube_timeout_ms;
-	char *database;             /* libpq conninfo: SECRET */
+	char *database; /* libpq conninfo: SECRET */
 	int vm_capacity;
 	int retry_after_s;
 	char *lessons_dir;
@@ -25,15 +25,15 @@ struct cfg {
 	char *ticket_key_file;
 	int ticket_ttl_s;
 	int fcgi_threads;
-	char *fcgi_listen;          /* "" = fd 0 */
-	char *base_path;            /* URL prefix in front of /api and /console ("" by default) */
+	char *fcgi_listen; /* "" = fd 0 */
+	char *base_path;   /* URL prefix in front of /api and /console ("" by default) */
 	int agent_port;
 	int agent_ready_timeout_ms;
-	int agent_run_timeout_s;    /* default per grader step */
-	char *console_listen;       /* host:port of labvm-console */
-	char *console_path;         /* URL path the browser uses, e.g. /console/ */
+	int agent_run_timeout_s; /* default per grader step */
+	char *console_listen;    /* host:port of labvm-console */
+	char *console_path;      /* URL path the browser uses, e.g. /console/ */
 	int console_ping_s;
-	int console_linger_s;     /* keep a console's upstream open this long after its last browser */
+	int console_linger_s; /* keep a console's upstream open this long after its last browser */
 	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
 	char *log_level;
@@ -44,7 +44,7 @@ struct cfg {
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */
-	unsigned char *ticket_key;  /* SECRET */
+	unsigned char *ticket_key; /* SECRET */
 	size_t ticket_key_len;
 };
 

@@ -8,10 +8,10 @@
 
 struct db {
 	PGconn *conn;
-	const char *conninfo;   /* borrowed from the config */
-	int broken;             /* the last failure was a lost connection */
-	char msg[512];          /* last error (server message; no secrets) */
-	double ms;              /* time spent in queries since db_reset_timer */
+	const char *conninfo; /* borrowed from the config */
+	int broken;           /* the last failure was a lost connection */
+	char msg[512];        /* last error (server message; no secrets) */
+	double ms;            /* time spent in queries since db_reset_timer */
 };
 
 void db_init(struct db *d, const char *conninfo);

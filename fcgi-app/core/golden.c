@@ -72,7 +72,7 @@ enum golden_reason golden_check_pvc(const struct cfg *c, const cJSON *pvc, const
 	cJSON_ArrayForEach(m, modes)
 	{
 		if (cJSON_IsString(m) && (strcmp(m->valuestring, "ReadOnlyMany") == 0 ||
-					  strcmp(m->valuestring, "ReadWriteMany") == 0))
+		                          strcmp(m->valuestring, "ReadWriteMany") == 0))
 			shared = 1;
 	}
 	if (!shared)
@@ -86,7 +86,7 @@ enum golden_reason golden_check_pvc(const struct cfg *c, const cJSON *pvc, const
 }
 
 enum golden_reason golden_check(struct kube *k, const struct cfg *c, const struct lesson *l,
-				char *detail, size_t detail_len)
+                                char *detail, size_t detail_len)
 {
 	char *path = kube_path("persistentvolumeclaims", c->namespace_, l->golden_pvc);
 	cJSON *pvc = NULL;
@@ -104,7 +104,7 @@ enum golden_reason golden_check(struct kube *k, const struct cfg *c, const struc
 		r = GOLDEN_UNAVAILABLE;
 	if (detail)
 		snprintf(detail, detail_len, "pvc %s: %s", l->golden_pvc,
-			 code == 200 ? "checked" : k->msg);
+		         code == 200 ? "checked" : k->msg);
 	cJSON_Delete(pvc);
 	return r;
 }

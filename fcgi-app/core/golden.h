@@ -30,7 +30,7 @@ enum golden_reason {
 enum golden_reason golden_check_pvc(const struct cfg *c, const cJSON *pvc, const char *image);
 /* GET the lesson's PVC and decide; detail (may be NULL) gets a log-worthy note. */
 enum golden_reason golden_check(struct kube *k, const struct cfg *c, const struct lesson *l,
-				char *detail, size_t detail_len);
+                                char *detail, size_t detail_len);
 /* "not_found", "forbidden", ... (NULL for GOLDEN_OK) */
 const char *golden_reason_str(enum golden_reason r);
 

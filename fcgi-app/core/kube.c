@@ -6,7 +6,7 @@
 
 #include "log.h"
 
-#define KUBE_MAX_BODY (32u << 20)
+#define KUBE_MAX_BODY  (32u << 20)
 #define TOKEN_REREAD_S 60.0
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
@@ -25,7 +25,7 @@ static int load_token(struct kube *k)
 	char *t = util_read_file(k->cfg->kube_token_file, 64 * 1024, &len);
 	if (!t) {
 		snprintf(k->msg, sizeof k->msg, "cannot read kube_token_file %s",
-			 k->cfg->kube_token_file);
+		         k->cfg->kube_token_file);
 		return -1;
 	}
 	util_rstrip(t);
@@ -95,12 +95,12 @@ static void status_message(struct kube *k, long code)
 	const char *m = kj_str(st, "message");
 	const char *reason = kj_str(st, "reason");
 	snprintf(k->msg, sizeof k->msg, "HTTP %ld%s%s%s%s", code, reason ? " " : "",
-		 reason ? reason : "", m ? ": " : "", m ? m : "");
+	         reason ? reason : "", m ? ": " : "", m ? m : "");
 	cJSON_Delete(st);
 }
 
 long kube_call(struct kube *k, const char *method, const char *path, const cJSON *body,
-	       const char *content_type, cJSON **out)
+               const char *content_type, cJSON **out)
 {
 	char *url, *json = NULL, *ct = NULL;
 	struct curl_slist *hdrs = NULL, *tail;
@@ -111,8 +111,8 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	if (out)
 		*out = NULL;
 	k->msg[0] = '\0';
-	if ((!k->hdrs || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) &&
-	    load_token(k) < 0 && !k->hdrs)
+	if ((!k->hdrs || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
+	    !k->hdrs)
 		return 0;
 
 	url = xasprintf("%s%s", k->cfg->kube_api, path);
@@ -134,7 +134,8 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 				goto oom;
 			hdrs = tail;
 		}
-		ct = xasprintf("Content-Type: %s", content_type ? content_type : "application/json");
+		ct =
+		    xasprintf("Content-Type: %s", content_type ? content_type : "application/json");
 		tail = curl_slist_append(hdrs, ct);
 		if (!tail)
 			goto oom;
@@ -160,7 +161,7 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	    curl_easy_setopt(k->h, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK)
 		goto setopt;
 	if (json && (curl_easy_setopt(k->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
-		     curl_easy_setopt(k->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK))
+	             curl_easy_setopt(k->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK))
 		goto setopt;
 	if (strcmp(method, "GET") == 0 && curl_easy_setopt(k->h, CURLOPT_HTTPGET, 1L) != CURLE_OK)
 		goto setopt;
@@ -169,7 +170,7 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	rc = curl_easy_perform(k->h);
 	if (rc != CURLE_OK) {
 		snprintf(k->msg, sizeof k->msg, "cluster API unreachable: %s",
-			 k->err[0] ? k->err : curl_easy_strerror(rc));
+		         k->err[0] ? k->err : curl_easy_strerror(rc));
 		code = 0;
 	} else {
 		curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &code);
@@ -236,7 +237,8 @@ int kube_delete(struct kube *k, const char *path, const char *propagation)
 	long code;
 	if (!opts || !cJSON_AddStringToObject(opts, "kind", "DeleteOptions") ||
 	    !cJSON_AddStringToObject(opts, "apiVersion", "v1") ||
-	    !cJSON_AddStringToObject(opts, "propagationPolicy", propagation ? propagation : "Background")) {
+	    !cJSON_AddStringToObject(opts, "propagationPolicy",
+	                             propagation ? propagation : "Background")) {
 		cJSON_Delete(opts);
 		snprintf(k->msg, sizeof k->msg, "out of memory");
 		return 0;

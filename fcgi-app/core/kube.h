@@ -6,8 +6,8 @@
 #ifndef LABVM_CORE_KUBE_H
 #define LABVM_CORE_KUBE_H
 
-#include <curl/curl.h>
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 
 #include "config.h"
 #include "util.h"
@@ -15,13 +15,13 @@
 struct kube {
 	const struct cfg *cfg;
 	CURL *h;
-	struct curl_slist *hdrs;      /* Accept + Authorization (secret) */
-	char *token;                  /* secret */
-	double token_read_at;         /* monotonic seconds */
-	struct buf body;              /* last response body */
+	struct curl_slist *hdrs; /* Accept + Authorization (secret) */
+	char *token;             /* secret */
+	double token_read_at;    /* monotonic seconds */
+	struct buf body;         /* last response body */
 	char err[CURL_ERROR_SIZE];
-	char msg[512];                /* last error, fit for logs and answers (no secrets) */
-	double ms;                    /* time spent in API calls since kube_reset_timer */
+	char msg[512]; /* last error, fit for logs and answers (no secrets) */
+	double ms;     /* time spent in API calls since kube_reset_timer */
 	unsigned calls;
 };
 
@@ -36,7 +36,7 @@ void kube_reset_timer(struct kube *k);
  * *out (if out != NULL) gets the parsed JSON body (caller cJSON_Delete()s),
  * or NULL. On statuses >= 400, k->msg carries the Status message. */
 long kube_call(struct kube *k, const char *method, const char *path, const cJSON *body,
-	       const char *content_type, cJSON **out);
+               const char *content_type, cJSON **out);
 
 /* Convenience wrappers. */
 long kube_get(struct kube *k, const char *path, cJSON **out);

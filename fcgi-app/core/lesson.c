@@ -32,7 +32,7 @@ const char *lesson_disk_str(enum lesson_disk d)
 }
 
 static int get_str(const cJSON *o, const char *key, int required, char **dst, char *err,
-		   size_t errlen)
+                   size_t errlen)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!v || cJSON_IsNull(v)) {
@@ -51,8 +51,8 @@ static int get_str(const cJSON *o, const char *key, int required, char **dst, ch
 	return 0;
 }
 
-static int get_int(const cJSON *o, const char *key, int def, int min, int max, int *dst,
-		   char *err, size_t errlen)
+static int get_int(const cJSON *o, const char *key, int def, int min, int max, int *dst, char *err,
+                   size_t errlen)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!v || cJSON_IsNull(v)) {
@@ -106,7 +106,7 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 		goto fail;
 	const cJSON *ja = kj_get_ja(o);
 	if (ja && (get_str(ja, "title", 0, &l->title_ja, err, errlen) < 0 ||
-		   get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0))
+	           get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0))
 		goto fail;
 	if (!*l->id || !util_label_value_ok(l->id)) {
 		snprintf(err, errlen, "\"id\" must be a label value ([A-Za-z0-9._-], at most 63)");
@@ -129,7 +129,8 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	    get_str(o, "golden_pvc", 0, &l->golden_pvc, err, errlen) < 0 ||
 	    get_str(o, "disk_size", 0, &l->disk_size, err, errlen) < 0 ||
 	    get_int(o, "cpus", 1, 1, 64, &l->cpus, err, errlen) < 0 ||
-	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) < 0 ||
+	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) <
+	        0 ||
 	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0)
 		goto fail;
 	if (!l->memory)
@@ -157,7 +158,8 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 			goto fail;
 		}
 	} else {
-		snprintf(err, errlen, "\"disk\" must be \"golden\", \"containerdisk\" or \"datavolume\"");
+		snprintf(err, errlen,
+		         "\"disk\" must be \"golden\", \"containerdisk\" or \"datavolume\"");
 		goto fail;
 	}
 	free(s);
@@ -253,7 +255,7 @@ int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen)
 			rc = -1;
 		} else if (!rc && lessons_find(out, out->v[out->n].id)) {
 			snprintf(err, errlen, "%s: lesson id \"%s\" is used twice", path,
-				 out->v[out->n].id);
+			         out->v[out->n].id);
 			lesson_free(&out->v[out->n]);
 			rc = -1;
 		} else if (!rc) {

@@ -9,36 +9,36 @@ enum lesson_runtime { RUNTIME_VM, RUNTIME_POD };
 enum lesson_disk { DISK_CONTAINERDISK, DISK_GOLDEN, DISK_DATAVOLUME };
 
 struct lesson_file {
-	char *path;     /* absolute path in the guest */
+	char *path; /* absolute path in the guest */
 	char *content;
-	char *mode;     /* octal string, e.g. "0644" */
+	char *mode; /* octal string, e.g. "0644" */
 };
 
 struct grader_step {
 	char *name;
-	char *command;  /* run with /bin/sh -c by the guest agent */
-	int timeout_s;  /* 0 = the configured default */
+	char *command; /* run with /bin/sh -c by the guest agent */
+	int timeout_s; /* 0 = the configured default */
 };
 
 struct lesson {
 	char *id;
 	char *title;
 	char *description;
-	char *title_ja;         /* optional translations ("i18n": {"ja": {...}}) */
+	char *title_ja; /* optional translations ("i18n": {"ja": {...}}) */
 	char *description_ja;
 	enum lesson_runtime runtime;
 	int minutes;
-	char *image;            /* containerDisk image */
+	char *image; /* containerDisk image */
 	enum lesson_disk disk;
-	char *golden_pvc;       /* disk golden */
-	char *disk_size;        /* disk datavolume, e.g. "10Gi" */
-	char *memory;           /* e.g. "1Gi" */
+	char *golden_pvc; /* disk golden */
+	char *disk_size;  /* disk datavolume, e.g. "10Gi" */
+	char *memory;     /* e.g. "1Gi" */
 	int cpus;
-	int running_timeout_s;  /* default 150 */
-	int ready_timeout_s;    /* default 300 */
+	int running_timeout_s; /* default 150 */
+	int ready_timeout_s;   /* default 300 */
 	struct lesson_file *files;
 	size_t nfiles;
-	char *setup;            /* shell script; NULL = nothing to set up */
+	char *setup; /* shell script; NULL = nothing to set up */
 	struct grader_step *steps;
 	size_t nsteps;
 };

@@ -10,7 +10,7 @@
 
 static const char *log_prog = "labvm";
 static enum log_level log_max = LOG_INFO;
-static const char *const level_name[] = { "error", "warn", "info", "debug" };
+static const char *const level_name[] = {"error", "warn", "info", "debug"};
 
 void log_init(const char *prog, enum log_level level)
 {
@@ -33,8 +33,8 @@ int log_level_parse(const char *s, enum log_level *out)
 	static const struct {
 		const char *name;
 		enum log_level level;
-	} names[] = { { "err", LOG_ERR },   { "error", LOG_ERR }, { "warn", LOG_WARN },
-		      { "warning", LOG_WARN }, { "info", LOG_INFO }, { "debug", LOG_DEBUG } };
+	} names[] = {{"err", LOG_ERR},      {"error", LOG_ERR}, {"warn", LOG_WARN},
+	             {"warning", LOG_WARN}, {"info", LOG_INFO}, {"debug", LOG_DEBUG}};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		if (strcasecmp(s, names[i].name) == 0) {
 			*out = names[i].level;
@@ -56,9 +56,10 @@ void log_msg(enum log_level level, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
-		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-		     tm.tm_sec, ts.tv_nsec / 1000000, log_prog, (int)getpid(), level_name[level]);
+	n = snprintf(line, sizeof line,
+	             "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ", tm.tm_year + 1900,
+	             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+	             ts.tv_nsec / 1000000, log_prog, (int)getpid(), level_name[level]);
 	if (n < 0)
 		return;
 	va_start(ap, fmt);

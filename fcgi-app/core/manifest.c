@@ -33,7 +33,7 @@ cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const cha
 }
 
 static cJSON *metadata(const struct cfg *c, const struct lab_names *n, const char *name,
-		       const char *ns, const char *lesson_id)
+                       const char *ns, const char *lesson_id)
 {
 	cJSON *m = jx_obj();
 	jx_add_str(m, "name", name);
@@ -44,7 +44,7 @@ static cJSON *metadata(const struct cfg *c, const struct lab_names *n, const cha
 }
 
 cJSON *manifest_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
-		       const char *userdata)
+                       const char *userdata)
 {
 	cJSON *s = jx_obj();
 	char *b64 = util_b64(userdata, strlen(userdata));
@@ -100,7 +100,7 @@ static cJSON *disk_device(const char *name, int boot_order)
 
 /* A fresh per-VM disk imported by CDI from the lesson's image. */
 static cJSON *data_volume_template(const struct cfg *c, const struct lab_names *n,
-				   const struct lesson *l)
+                                   const struct lesson *l)
 {
 	cJSON *dv = jx_obj();
 	cJSON *spec;
@@ -109,13 +109,13 @@ static cJSON *data_volume_template(const struct cfg *c, const struct lab_names *
 	spec = jx_add_obj(dv, "spec");
 	jx_add_str(jx_add_obj(jx_add_obj(spec, "source"), "registry"), "url", url);
 	jx_add_str(jx_add_obj(jx_add_obj(jx_add_obj(spec, "storage"), "resources"), "requests"),
-		   "storage", l->disk_size);
+	           "storage", l->disk_size);
 	free(url);
 	return dv;
 }
 
 cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
-		   enum lesson_disk disk)
+                   enum lesson_disk disk)
 {
 	cJSON *vm = jx_obj(), *spec, *tmpl, *tlabels, *tspec, *domain, *devices, *volumes, *ci;
 

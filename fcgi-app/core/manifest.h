@@ -15,9 +15,9 @@
 
 struct lab_names {
 	char session_id[37];
-	char vm[64];        /* "lab-" + the session id without dashes */
-	char secret[64];    /* vm + "-cloudinit" */
-	char disk[64];      /* vm + "-disk" (DataVolume, disk source datavolume) */
+	char vm[64];     /* "lab-" + the session id without dashes */
+	char secret[64]; /* vm + "-cloudinit" */
+	char disk[64];   /* vm + "-disk" (DataVolume, disk source datavolume) */
 };
 
 /* Names derived from a session id (a UUID). */
@@ -26,10 +26,10 @@ void lab_names_from_session(struct lab_names *n, const char *session_id);
 cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const char *lesson_id);
 /* The cloud-init Secret; userdata is the whole document. */
 cJSON *manifest_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
-		       const char *userdata);
+                       const char *userdata);
 /* The VirtualMachine; disk is the root disk actually used (after golden fallback). */
 cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
-		   enum lesson_disk disk);
+                   enum lesson_disk disk);
 /* Merge patch making the Secret owned by the VM (garbage collected with it). */
 cJSON *manifest_owner_patch(const char *vm_name, const char *vm_uid);
 

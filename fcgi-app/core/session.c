@@ -9,12 +9,12 @@
 #include "log.h"
 #include "util.h"
 
-#define SESSION_COLS                                                                              \
-	"id::text, user_name, lesson, runtime, environment, state, stage, disk_source, "          \
-	"disk_fallback_reason, labvm_ts(created_at), labvm_ts(submitted_at), "                  \
-	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "   \
-	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "           \
-	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "   \
+#define SESSION_COLS                                                                               \
+	"id::text, user_name, lesson, runtime, environment, state, stage, disk_source, "           \
+	"disk_fallback_reason, labvm_ts(created_at), labvm_ts(submitted_at), "                     \
+	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "     \
+	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "            \
+	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "      \
 	"extract(epoch from expires_at), extract(epoch from clock_timestamp())"
 
 static char *dup_or_null(const PGresult *r, int c)
@@ -33,8 +33,8 @@ static double num(const PGresult *r, int c)
  * [vm_name, secret_name, agent_token, ip, deleted] (one round trip per load:
  * every browser polls its session once a second). */
 #define SESSION_VMS                                                                                \
-	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "     \
-	"deleted_at IS NOT NULL) ORDER BY created_at, vm_name), '[]') "                           \
+	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "       \
+	"deleted_at IS NOT NULL) ORDER BY created_at, vm_name), '[]') "                            \
 	"FROM session_vms WHERE session_id = sessions.id)"
 
 static int parse_vms(const char *json, struct session *s)
@@ -64,9 +64,10 @@ static int parse_vms(const char *json, struct session *s)
 }
 
 static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
-		      struct session *s)
+                      struct session *s)
 {
-	char *sql = xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
+	char *sql =
+	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
 	PGresult *r = db_exec(&x->db, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -76,11 +77,11 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 		PQclear(r);
 		return SESSION_NONE;
 	}
-	char **str[] = { &s->id,           &s->user,         &s->lesson,     &s->runtime,
-			 &s->environment,  &s->state,        &s->stage,      &s->disk_source,
-			 &s->fallback_reason, &s->created_at, &s->submitted_at, &s->running_at,
-			 &s->ready_at,     &s->ended_at,     &s->expires_at, &s->end_reason,
-			 &s->error,        &s->last_grade,   &s->graded_at };
+	char **str[] = {
+	    &s->id,           &s->user,       &s->lesson,      &s->runtime,         &s->environment,
+	    &s->state,        &s->stage,      &s->disk_source, &s->fallback_reason, &s->created_at,
+	    &s->submitted_at, &s->running_at, &s->ready_at,    &s->ended_at,        &s->expires_at,
+	    &s->end_reason,   &s->error,      &s->last_grade,  &s->graded_at};
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
 		*str[i] = dup_or_null(r, i);
 	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
@@ -101,7 +102,7 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 
 int session_load(struct labctx *x, const char *id, struct session *s)
 {
-	const char *p[2] = { id, x->cfg->environment };
+	const char *p[2] = {id, x->cfg->environment};
 	if (!util_uuid_valid(id)) {
 		memset(s, 0, sizeof *s);
 		return SESSION_NONE;
@@ -111,10 +112,9 @@ int session_load(struct labctx *x, const char *id, struct session *s)
 
 int session_load_active(struct labctx *x, const char *user, struct session *s)
 {
-	const char *p[2] = { x->cfg->environment, user };
-	return load_where(x,
-			  "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')",
-			  2, p, s);
+	const char *p[2] = {x->cfg->environment, user};
+	return load_where(
+	    x, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p, s);
 }
 
 static int reload(struct labctx *x, struct session *s)
@@ -128,11 +128,11 @@ static int reload(struct labctx *x, struct session *s)
 
 void session_free(struct session *s)
 {
-	char *str[] = { s->id,           s->user,         s->lesson,     s->runtime,
-			s->environment,  s->state,        s->stage,      s->disk_source,
-			s->fallback_reason, s->created_at, s->submitted_at, s->running_at,
-			s->ready_at,     s->ended_at,     s->expires_at, s->end_reason,
-			s->error,        s->last_grade,   s->graded_at };
+	char *str[] = {
+	    s->id,           s->user,       s->lesson,      s->runtime,         s->environment,
+	    s->state,        s->stage,      s->disk_source, s->fallback_reason, s->created_at,
+	    s->submitted_at, s->running_at, s->ready_at,    s->ended_at,        s->expires_at,
+	    s->end_reason,   s->error,      s->last_grade,  s->graded_at};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -207,23 +207,24 @@ int session_delete_objects(struct labctx *x, struct session *s)
 		int ok1 = kube_delete(&x->kube, p1, "Background");
 		if (!ok1)
 			log_warn("session %s: deleting %s %s failed: %s", s->id, pod ? "pod" : "VM",
-				 v->name, x->kube.msg);
+			         v->name, x->kube.msg);
 		/* the Secret is owned by the VM, and still deleted explicitly */
 		int ok2 = kube_delete(&x->kube, p2, "Background");
 		if (!ok2)
 			log_warn("session %s: deleting Secret %s failed: %s", s->id, v->secret,
-				 x->kube.msg);
+			         x->kube.msg);
 		free(p1);
 		free(p2);
 		if (ok1 && ok2) {
-			const char *p[2] = { s->id, v->name };
+			const char *p[2] = {s->id, v->name};
 			v->deleted = 1;
-			db_cmd(&x->db,
-			       "UPDATE session_vms SET deleted_at = clock_timestamp() "
-			       "WHERE session_id = $1::uuid AND vm_name = $2 AND deleted_at IS NULL",
-			       2, p);
-			log_info("session %s: deleted %s %s and Secret %s", s->id, pod ? "pod" : "VM",
-				 v->name, v->secret);
+			db_cmd(
+			    &x->db,
+			    "UPDATE session_vms SET deleted_at = clock_timestamp() "
+			    "WHERE session_id = $1::uuid AND vm_name = $2 AND deleted_at IS NULL",
+			    2, p);
+			log_info("session %s: deleted %s %s and Secret %s", s->id,
+			         pod ? "pod" : "VM", v->name, v->secret);
 		} else {
 			failed += !ok1 + !ok2;
 		}
@@ -232,26 +233,26 @@ int session_delete_objects(struct labctx *x, struct session *s)
 }
 
 int session_finish(struct labctx *x, struct session *s, const char *state, const char *end_reason,
-		   const char *error)
+                   const char *error)
 {
-	const char *p[4] = { s->id, state, end_reason, error };
+	const char *p[4] = {s->id, state, end_reason, error};
 	PGresult *r = db_exec(&x->db,
-			      "UPDATE sessions SET state = $2, end_reason = $3, "
-			      "error = COALESCE($4, error), ended_at = clock_timestamp() "
-			      "WHERE id = $1::uuid AND state IN ('starting', 'ready') RETURNING 1",
-			      4, p);
+	                      "UPDATE sessions SET state = $2, end_reason = $3, "
+	                      "error = COALESCE($4, error), ended_at = clock_timestamp() "
+	                      "WHERE id = $1::uuid AND state IN ('starting', 'ready') RETURNING 1",
+	                      4, p);
 	if (!r)
 		return -1;
 	if (PQntuples(r) > 0)
 		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, state,
-			 end_reason, error ? ": " : "", error ? error : "");
+		         end_reason, error ? ": " : "", error ? error : "");
 	PQclear(r);
 	session_delete_objects(x, s);
 	return reload(x, s);
 }
 
 static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
 {
@@ -266,7 +267,7 @@ static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
 
 static void set_stage(struct labctx *x, struct session *s, const char *stage)
 {
-	const char *p[2] = { s->id, stage };
+	const char *p[2] = {s->id, stage};
 	if (strcmp(s->stage, stage) == 0)
 		return;
 	db_cmd(&x->db,
@@ -300,15 +301,16 @@ static int advance_running(struct labctx *x, struct session *s, struct session_v
 	free(path);
 	if (phase && strcmp(phase, "Running") == 0) {
 		const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
-		const char *p[3] = { s->id, ip, vm->name };
-		if (db_cmd(&x->db,
-			   "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
-			   "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
-			   1, p) < 0 ||
+		const char *p[3] = {s->id, ip, vm->name};
+		if (db_cmd(
+		        &x->db,
+		        "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
+		        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+		        1, p) < 0 ||
 		    (ip && db_cmd(&x->db,
-				  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
-				  "AND vm_name = $3",
-				  3, p) < 0))
+		                  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
+		                  "AND vm_name = $3",
+		                  3, p) < 0))
 			rc = -1;
 		else
 			rc = reload(x, s);
@@ -325,8 +327,8 @@ static int advance_running(struct labctx *x, struct session *s, struct session_v
 			char st[128];
 			vm_status(x, vm->name, st, sizeof st);
 			rc = fail(x, s,
-				  "the VM was not running within %d s (VMI phase %s, VM status %s)",
-				  s->running_timeout_s, phase ? phase : "none", st);
+			          "the VM was not running within %d s (VMI phase %s, VM status %s)",
+			          s->running_timeout_s, phase ? phase : "none", st);
 		}
 	}
 	cJSON_Delete(vmi);
@@ -353,7 +355,7 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 		if (kube_get(&x->kube, path, &vmi) == 200) {
 			const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
 			if (ip) {
-				const char *p[3] = { s->id, ip, vm->name };
+				const char *p[3] = {s->id, ip, vm->name};
 				db_cmd(&x->db,
 				       "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
 				       "AND vm_name = $3",
@@ -366,16 +368,16 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 	}
 	if (vm->ip)
 		r = agent_ready(&x->agent, vm->ip, c->agent_port, vm->token,
-				c->agent_ready_timeout_ms, &detail);
+		                c->agent_ready_timeout_ms, &detail);
 	if (r == AGENT_READY) {
-		const char *p[1] = { s->id };
+		const char *p[1] = {s->id};
 		rc = db_cmd(&x->db,
-			    "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
-			    "stage = 'ready', "
-			    /* the lesson's minutes count from the moment the lab is usable */
-			    "expires_at = clock_timestamp() + (expires_at - created_at) "
-			    "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
-			    1, p);
+		            "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
+		            "stage = 'ready', "
+		            /* the lesson's minutes count from the moment the lab is usable */
+		            "expires_at = clock_timestamp() + (expires_at - created_at) "
+		            "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+		            1, p);
 		if (rc == 0)
 			rc = reload(x, s);
 		goto out;
@@ -386,13 +388,12 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 	if (st && strcmp(st, "setup_failed") == 0) {
 		/* the guest says so: no point in waiting for the deadline */
 		rc = fail(x, s, "the lab setup failed with exit code %d%s%s",
-			  cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
-			  tail ? tail : "");
+		          cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
+		          tail ? tail : "");
 	} else if (s->t_now > s->t_running + s->ready_timeout_s) {
 		rc = fail(x, s, "the lab was not ready %d s after the VM started (agent: %s)%s%s",
-			  s->ready_timeout_s,
-			  st ? st : (vm->ip ? x->agent.msg : "no address yet"),
-			  tail && *tail ? ": " : "", tail ? tail : "");
+		          s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
+		          tail && *tail ? ": " : "", tail ? tail : "");
 	}
 out:
 	cJSON_Delete(detail);

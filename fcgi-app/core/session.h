@@ -18,7 +18,7 @@
 struct session_vm {
 	char *name;
 	char *secret;
-	char *token;        /* agent bearer token: secret, never in JSON or logs */
+	char *token; /* agent bearer token: secret, never in JSON or logs */
 	char *ip;
 	int deleted;
 };
@@ -29,7 +29,7 @@ struct session {
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
 	int running_timeout_s, ready_timeout_s;
-	double t_submitted, t_running, t_expires, t_now;   /* epoch seconds, 0 when unset */
+	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
 	size_t nvms;
 };
@@ -52,8 +52,8 @@ int session_advance(struct labctx *x, struct session *s);
 
 /* End (state "ended") or fail (state "failed") an active session, then delete
  * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */
-int session_finish(struct labctx *x, struct session *s, const char *state,
-		   const char *end_reason, const char *error);
+int session_finish(struct labctx *x, struct session *s, const char *state, const char *end_reason,
+                   const char *error);
 
 /* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
  * them deleted in the database. Returns how many objects could not be deleted. */

@@ -11,7 +11,7 @@
 #include "util.h"
 
 static int sign(const unsigned char *key, size_t keylen, const char *msg, size_t n,
-		unsigned char mac[32])
+                unsigned char mac[32])
 {
 	unsigned int len = 0;
 	if (!HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, n, mac, &len) ||
@@ -21,7 +21,7 @@ static int sign(const unsigned char *key, size_t keylen, const char *msg, size_t
 }
 
 char *ticket_make(const unsigned char *key, size_t keylen, const char *sid, const char *user,
-		  const char *vm, int64_t exp)
+                  const char *vm, int64_t exp)
 {
 	char nonce[33];
 	unsigned char mac[32];
@@ -31,8 +31,9 @@ char *ticket_make(const unsigned char *key, size_t keylen, const char *sid, cons
 	if (util_random_hex(nonce, 16) < 0)
 		return NULL;
 	o = cJSON_CreateObject();
-	if (!o || !cJSON_AddStringToObject(o, "sid", sid) || !cJSON_AddStringToObject(o, "u", user) ||
-	    !cJSON_AddStringToObject(o, "vm", vm) || !cJSON_AddNumberToObject(o, "exp", (double)exp) ||
+	if (!o || !cJSON_AddStringToObject(o, "sid", sid) ||
+	    !cJSON_AddStringToObject(o, "u", user) || !cJSON_AddStringToObject(o, "vm", vm) ||
+	    !cJSON_AddNumberToObject(o, "exp", (double)exp) ||
 	    !cJSON_AddStringToObject(o, "n", nonce)) {
 		cJSON_Delete(o);
 		return NULL;
@@ -64,7 +65,7 @@ static int copy_str(const cJSON *o, const char *name, char *dst, size_t size)
 }
 
 enum ticket_status ticket_verify(const unsigned char *key, size_t keylen, const char *token,
-				 int64_t now, struct ticket *out)
+                                 int64_t now, struct ticket *out)
 {
 	const char *dot1, *dot2;
 	unsigned char mac[32], *given, *payload;

@@ -32,11 +32,11 @@ enum ticket_status {
 
 /* A new ticket valid until exp (epoch seconds); malloc'd, NULL on failure. */
 char *ticket_make(const unsigned char *key, size_t keylen, const char *sid, const char *user,
-		  const char *vm, int64_t exp);
+                  const char *vm, int64_t exp);
 
 /* Check signature (constant time), shape and expiry against now. */
 enum ticket_status ticket_verify(const unsigned char *key, size_t keylen, const char *token,
-				 int64_t now, struct ticket *out);
+                                 int64_t now, struct ticket *out);
 
 const char *ticket_status_str(enum ticket_status st);
 

@@ -158,10 +158,9 @@ int util_uuid4(char out[37])
 		return -1;
 	u[6] = (unsigned char)((u[6] & 0x0f) | 0x40);
 	u[8] = (unsigned char)((u[8] & 0x3f) | 0x80);
-	snprintf(out, 37,
-		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-		 u[14], u[15]);
+	snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+	         u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+	         u[13], u[14], u[15]);
 	return 0;
 }
 
@@ -268,7 +267,7 @@ int64_t util_epoch_s(void)
 char *util_read_file(const char *path, size_t max, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct buf b = { 0 };
+	struct buf b = {0};
 	char chunk[4096];
 	ssize_t n;
 

@@ -56,7 +56,7 @@ char *util_read_file(const char *path, size_t max, size_t *len);
 void util_rstrip(char *s);
 
 /* Kubernetes name and label rules. */
-int util_label_value_ok(const char *s);   /* "" or [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, <= 63 */
-int util_dns_label_ok(const char *s);     /* [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 */
+int util_label_value_ok(const char *s); /* "" or [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, <= 63 */
+int util_dns_label_ok(const char *s);   /* [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 */
 
 #endif

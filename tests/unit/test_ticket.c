@@ -44,8 +44,8 @@ int main(void)
 	char *tk2 = ticket_make(key, sizeof key - 1, sid, "student1", "lab-0b7e", 2000000000);
 	CHECK(tk2 && strcmp(tk, tk2) != 0, "two tickets for the same session differ (nonce)");
 
-	const char *bad[] = { "", "v1.", "v1..", "v2.abc.def", "v1.abc", "v1.a.b.c", "garbage",
-			      "v1.!!!.???" };
+	const char *bad[] = {"",       "v1.",      "v1..",    "v2.abc.def",
+	                     "v1.abc", "v1.a.b.c", "garbage", "v1.!!!.???"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		CHECK(ticket_verify(key, sizeof key - 1, bad[i], 1900000000, &t) != TICKET_OK,
 		      "malformed ticket \"%s\" is refused", bad[i]);

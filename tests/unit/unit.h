@@ -17,7 +17,7 @@ static int unit_n, unit_failed;
 		printf("\n");                                                                      \
 		if (!unit_ok_) {                                                                   \
 			unit_failed++;                                                             \
-			printf("#   %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+			printf("#   %s:%d: %s\n", __FILE__, __LINE__, #cond);                      \
 		}                                                                                  \
 		fflush(stdout);                                                                    \
 	} while (0)
@@ -25,9 +25,9 @@ static int unit_n, unit_failed;
 #define CHECK_STR(got, want, ...)                                                                  \
 	do {                                                                                       \
 		const char *g_ = (got), *w_ = (want);                                              \
-		CHECK(g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_, __VA_ARGS__);                    \
-		if (!(g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_))                                 \
-			printf("#   got \"%s\", want \"%s\"\n", g_ ? g_ : "(null)",                   \
+		CHECK(g_ &&w_ ? strcmp(g_, w_) == 0 : g_ == w_, __VA_ARGS__);                      \
+		if (!(g_ && w_ ? strcmp(g_, w_) == 0 : g_ == w_))                                  \
+			printf("#   got \"%s\", want \"%s\"\n", g_ ? g_ : "(null)",                \
 			       w_ ? w_ : "(null)");                                                \
 	} while (0)
 
