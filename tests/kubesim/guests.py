@@ -105,12 +105,15 @@ class Spawner:
 
 
 SPAWNER = None
+_SPAWNER_LOCK = threading.Lock()
 
 
 def spawner():
+    """The one spawner thread of this process (process and QEMU guests alike)."""
     global SPAWNER
-    if SPAWNER is None:
-        SPAWNER = Spawner()
+    with _SPAWNER_LOCK:
+        if SPAWNER is None:
+            SPAWNER = Spawner()
     return SPAWNER
 
 
@@ -129,7 +132,8 @@ def _pidns(pid):
         return None
 
 
-def _status_kb(pid, key):
+def status_kb(pid, key):
+    """A /proc/<pid>/status field in KiB (pid may be "self"); 0 when unreadable."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -502,7 +506,7 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         return out
 
     def rss(self):
-        return sum(_status_kb(p, "VmRSS") for p in self.pids()) * 1024
+        return sum(status_kb(p, "VmRSS") for p in self.pids()) * 1024
 
     def pss(self):
         return sum(_pss_kb(p) for p in self.pids()) * 1024

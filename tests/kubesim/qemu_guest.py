@@ -77,6 +77,8 @@ import tempfile
 import threading
 import time
 
+import guests
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE_BUILD = os.path.join(REPO, "tests", "kubesim", "guest-image", "build")
 DEFAULT_IMAGE_DIR = os.environ.get("LABVM_GUEST_IMAGE_DIR") or os.path.join(REPO, ".cache", "guest-image")
@@ -162,45 +164,11 @@ def build_image(image_dir=None, log=None):
 _LIVE = set()
 
 
-class _Spawner:
-    """Starts QEMU from one long-lived thread: `setpriv --pdeathsig KILL`
-    fires when the thread that forked exits, so with this thread it fires only
-    when the simulator itself dies (even by SIGKILL)."""
-
-    def __init__(self):
-        import queue
-        self.q = queue.Queue()
-        threading.Thread(target=self._loop, name="qemu-spawner", daemon=True).start()
-
-    def _loop(self):
-        while True:
-            fn, box, ev = self.q.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                box.append((False, e))
-            ev.set()
-
-    def call(self, fn):
-        box, ev = [], threading.Event()
-        self.q.put((fn, box, ev))
-        ev.wait()
-        ok, v = box[0]
-        if not ok:
-            raise v
-        return v
-
-
-_SPAWNER = None
-_SPAWNER_LOCK = threading.Lock()
-
-
 def _spawn(fn):
-    global _SPAWNER
-    with _SPAWNER_LOCK:
-        if _SPAWNER is None:
-            _SPAWNER = _Spawner()
-    return _SPAWNER.call(fn)
+    """Start QEMU from the simulator's one long-lived spawner thread:
+    `setpriv --pdeathsig KILL` fires when the thread that forked exits, so with
+    that thread it fires only when the simulator itself dies (even by SIGKILL)."""
+    return guests.spawner().call(fn)
 
 
 @atexit.register
@@ -417,14 +385,7 @@ class QemuGuest:
         """Resident bytes of the QEMU process (0 when it is not running)."""
         if not self.alive():
             return 0
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return guests.status_kb(self.proc.pid, "VmRSS") * 1024
 
     def serial_log(self):
         """The last RING_BYTES of serial output."""

@@ -27,6 +27,7 @@ import tables
 import util
 from controllers import Controllers
 from faults import Faults
+import guests
 from guests import driver_class
 from profiles import Profile
 from resources import BY_GVR, GROUPS, KUBEVIRT_SUBRESOURCES, RESOURCES, BY_PLURAL
@@ -1177,14 +1178,7 @@ def guest_info(sim, rss=False):
 
 
 def self_rss():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return guests.status_kb("self", "VmRSS") * 1024
 
 
 def stats(sim):
