@@ -310,7 +310,15 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "-n") == 0) {
 			dry_run = 1;
 		} else if (strcmp(argv[i], "--grace") == 0 && i + 1 < argc) {
-			grace = atoi(argv[++i]);
+			/* a typo must never mean "grace 0": refuse what is not a number */
+			char *end;
+			long g = strtol(argv[++i], &end, 10);
+			if (*end || end == argv[i] || g < 0 || g > 86400 * 30) {
+				fprintf(stderr, "labvm-reaper: --grace wants seconds, not '%s'\n",
+				        argv[i]);
+				return 2;
+			}
+			grace = (int)g;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
 			return 0;
