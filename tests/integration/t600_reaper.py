@@ -219,6 +219,16 @@ def dry_run():
     t.ok(not exists("virtualmachines", "orphan-vm-3"), "a real run then reaps")
 
 
+@t.test(name="a malformed --grace is refused (it must never mean grace 0)")
+def bad_grace():
+    lab_vm("orphan-vm-5")
+    for bad in ("abc", "-1", "10s", ""):
+        rc, out = reap("--grace", bad)
+        t.eq(rc, 2, f"--grace {bad!r}: usage error", out)
+    t.ok(exists("virtualmachines", "orphan-vm-5"), "the young orphan is untouched")
+    kube.delete("virtualmachines", "orphan-vm-5")
+
+
 @t.test(name="the database unreachable: non-zero exit, nothing touched")
 def db_down():
     lab_vm("orphan-vm-4")
