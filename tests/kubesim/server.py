@@ -1144,6 +1144,12 @@ class Handler(BaseHTTPRequestHandler):
             if vmi is None:
                 raise errors.not_found(BY_PLURAL["virtualmachineinstances"], name)
             uid = vmi["metadata"]["uid"]
+        # a process guest is started just after its VMI turns Running: give a
+        # guest that is still starting a moment instead of a spurious 409
+        deadline = time.monotonic() + 10
+        while (sim.controllers.guest_state.get(uid) == "starting" and
+               time.monotonic() < deadline):
+            time.sleep(0.02)
         g = sim.controllers.guests.get(uid)
         if g is None or sim.controllers.guest_state.get(uid) != "running":
             raise errors.ApiError(409, f"the guest of {ns}/{name} is not running", "Conflict")
