@@ -133,7 +133,15 @@ static int insert_rows(struct req *r, const struct start *st)
 	              4, q);
 }
 
-/* Create the Secret and the VM and tie them; on failure undo and say why. */
+static void undo_submit(struct labctx *x, const struct start *st)
+{
+	delete_quiet(x, "virtualmachines", st->names.vm);
+	delete_quiet(x, "secrets", st->names.secret);
+}
+
+/* Create the Secret and the VM and tie them; on failure undo and say why.
+ * The undo deletes both whatever failed: a request that timed out may still
+ * have created its object, and deleting what is not there is a 404. */
 static int submit(struct req *r, const struct start *st, char *why, size_t whylen)
 {
 	struct labctx *x = r->x;
@@ -153,9 +161,6 @@ static int submit(struct req *r, const struct start *st, char *why, size_t whyle
 	code = kube_create(&x->kube, spath, secret, NULL);
 	if (code != 201 && code != 200) {
 		snprintf(why, whylen, "creating the cloud-init Secret: %s", x->kube.msg);
-		if (code)
-			delete_quiet(x, "secrets",
-			             st->names.secret); /* a timeout may have created it */
 		goto out;
 	}
 	code = kube_create(&x->kube, vpath, vm, &created);
@@ -163,20 +168,18 @@ static int submit(struct req *r, const struct start *st, char *why, size_t whyle
 	if ((code != 201 && code != 200) || !uid) {
 		snprintf(why, whylen, "creating the VirtualMachine: %s",
 		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
-		delete_quiet(x, "virtualmachines", st->names.vm);
-		delete_quiet(x, "secrets", st->names.secret);
 		goto out;
 	}
 	patch = manifest_owner_patch(st->names.vm, uid);
 	code = kube_merge_patch(&x->kube, opath, patch, NULL);
 	if (code != 200) {
 		snprintf(why, whylen, "making the Secret owned by the VM: %s", x->kube.msg);
-		delete_quiet(x, "virtualmachines", st->names.vm);
-		delete_quiet(x, "secrets", st->names.secret);
 		goto out;
 	}
 	rc = 0;
 out:
+	if (rc < 0)
+		undo_submit(x, st);
 	cJSON_Delete(secret);
 	cJSON_Delete(vm);
 	cJSON_Delete(created);
@@ -185,12 +188,6 @@ out:
 	free(vpath);
 	free(opath);
 	return rc;
-}
-
-static void undo_submit(struct labctx *x, const struct start *st)
-{
-	delete_quiet(x, "virtualmachines", st->names.vm);
-	delete_quiet(x, "secrets", st->names.secret);
 }
 
 enum hres api_session_create(struct req *r)
