@@ -526,12 +526,14 @@ def ending_a_session_stops_qemu_and_removes_its_overlay():
     for u in USERS:
         info = infos[u]
         t0 = time.monotonic()
-        ok = wait_until(lambda: not qemu_alive(info["pid"]) and not os.path.exists(info["overlay"]),
-                        60)
+        seed = os.path.join(info["workdir"], "cloudinit.iso")
+        # the simulator removes the overlay, then the seed: wait for the whole stop
+        ok = wait_until(lambda: not qemu_alive(info["pid"]) and not os.path.exists(info["overlay"])
+                        and not os.path.exists(seed), 60)
         gone[u] = time.monotonic() - t0
-        t.ok(ok, f"{u}: QEMU stopped and overlay removed", info)
-        t.ok(not os.path.exists(os.path.join(info["workdir"], "cloudinit.iso")),
-             f"{u}: NoCloud seed removed")
+        t.ok(not qemu_alive(info["pid"]), f"{u}: QEMU stopped", info)
+        t.ok(not os.path.exists(info["overlay"]), f"{u}: overlay removed", info)
+        t.ok(ok and not os.path.exists(seed), f"{u}: NoCloud seed removed")
         t.ok(os.path.exists(os.path.join(info["workdir"], "qemu.log")), f"{u}: qemu.log kept")
     t.diag("stopped after " + ", ".join(f"{u} {s:.1f} s" for u, s in gone.items()))
     t.ok(wait_until(lambda: not guests(), 30), "the simulator has no guest left", guests())
