@@ -38,6 +38,8 @@ enum bench_cmd {
 	CMD_PLOT = 1 << 6,
 };
 
+/* Filled from the option table (OPTS in main.c): one row per flag, with its
+ * default, bounds and --help line. */
 struct opts {
 	const char *cmd_name;
 	enum bench_cmd cmd;
