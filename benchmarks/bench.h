@@ -295,8 +295,21 @@ double bench_parse_time(const char *s);
 void bench_fmt_time(double t, char out[32]);
 /* Copy src (NULL = "") into dst of size n, truncated at n-1 bytes. */
 void bench_copy(char *dst, size_t n, const char *src);
+
+/* ----------------------------------------------------------------- output */
+
 /* mkdir -p */
 int bench_mkdirs(const char *dir);
+/* root, indented, into path; 0 ok, -1 (message on stderr). */
+int bench_write_json(const char *path, const cJSON *root);
+/* OUT/NAME.json (--out, --name), and "figures: PATH" on stdout. */
+int bench_write_figures(const struct opts *o, const cJSON *root);
+/* x rounded to `digits` decimals. */
+double bench_round(double x, int digits);
+/* k: x rounded to `digits` decimals, or null when x is not finite. */
+void bench_jnum(cJSON *o, const char *k, double x, int digits);
+/* {n, min, [p25,] p50, [p75,] p90, p99, max, mean, stdev}, rounded. */
+cJSON *bench_stats_json(const struct stats *s, int digits, int quartiles);
 
 /* ------------------------------------------------------------- commands */
 

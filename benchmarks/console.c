@@ -784,16 +784,16 @@ int cmd_console(struct opts *o)
 		cJSON *e = jx_add_obj(paths, PATH_NAME[k]);
 		cJSON *arr = jx_add_arr(e, "throughput_mbps_runs");
 		for (size_t i = 0; i < tp[k].n; i++)
-			jx_push(arr, cJSON_CreateNumber(round(tp[k].v[i] * 1000) / 1000));
+			jx_push(arr, cJSON_CreateNumber(bench_round(tp[k].v[i], 3)));
 		if (isfinite(ts.p50))
-			jx_add_num(e, "throughput_mbps_median", round(ts.p50 * 1000) / 1000);
+			jx_add_num(e, "throughput_mbps_median", bench_round(ts.p50, 3));
 		cJSON *l = jx_add_obj(e, "keystroke_rtt_ms");
 		jx_add_num(l, "n", (double)ls.n);
 		if (ls.n) {
-			jx_add_num(l, "p50", round(ls.p50 * 1000) / 1000);
-			jx_add_num(l, "p90", round(ls.p90 * 1000) / 1000);
-			jx_add_num(l, "p99", round(ls.p99 * 1000) / 1000);
-			jx_add_num(l, "max", round(ls.max * 1000) / 1000);
+			jx_add_num(l, "p50", bench_round(ls.p50, 3));
+			jx_add_num(l, "p90", bench_round(ls.p90, 3));
+			jx_add_num(l, "p99", bench_round(ls.p99, 3));
+			jx_add_num(l, "max", bench_round(ls.max, 3));
 		}
 	}
 	for (int k = P_BRIDGE; k < P_COUNT; k++) {
@@ -805,27 +805,16 @@ int cmd_console(struct opts *o)
 		       "p99 %+.3f ms\n",
 		       PATH_NAME[k], ratio, p50[k] - p50[P_DIRECT], p99[k] - p99[P_DIRECT]);
 		snprintf(key, sizeof key, "throughput_ratio_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round(ratio * 1000) / 1000);
+		jx_add_num(root, key, bench_round(ratio, 3));
 		snprintf(key, sizeof key, "added_rtt_p50_ms_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round((p50[k] - p50[P_DIRECT]) * 1000) / 1000);
+		jx_add_num(root, key, bench_round(p50[k] - p50[P_DIRECT], 3));
 		snprintf(key, sizeof key, "added_rtt_p99_ms_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round((p99[k] - p99[P_DIRECT]) * 1000) / 1000);
+		jx_add_num(root, key, bench_round(p99[k] - p99[P_DIRECT], 3));
 	}
 	printf(
 	    "  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
 	    "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
-	if (bench_mkdirs(o->out_dir) == 0) {
-		char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
-		char *text = jx_print(root);
-		FILE *f = fopen(path, "w");
-		if (f) {
-			fprintf(f, "%s\n", text);
-			if (fclose(f) == 0)
-				printf("\nfigures: %s\n", path);
-		}
-		cJSON_free(text);
-		free(path);
-	}
+	bench_write_figures(o, root);
 	cJSON_Delete(root);
 	if (o->rss && !bench_stop && run_rss(o) < 0)
 		rc = 1;

@@ -23,49 +23,6 @@
 #include "bench.h"
 #include "jsonx.h"
 
-static int write_json(const struct opts *o, cJSON *root)
-{
-	if (bench_mkdirs(o->out_dir) < 0)
-		return -1;
-	char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
-	char *text = cJSON_Print(root);
-	FILE *f = fopen(path, "w");
-	int bad = !f || !text;
-	if (f) {
-		bad = bad || fputs(text, f) < 0 || fputc('\n', f) < 0;
-		bad = fclose(f) != 0 || bad;
-	}
-	if (bad)
-		fprintf(stderr, "labvm-bench: writing %s failed\n", path);
-	else
-		printf("\nfigures: %s\n", path);
-	cJSON_free(text);
-	free(path);
-	return bad ? -1 : 0;
-}
-
-static void jnum(cJSON *o, const char *k, double x, double prec)
-{
-	if (isfinite(x))
-		jx_add_num(o, k, round(x / prec) * prec);
-	else
-		jx_add_null(o, k);
-}
-
-static cJSON *stats_obj(const struct stats *s, double prec)
-{
-	cJSON *o = jx_obj();
-	jx_add_num(o, "n", (double)s->n);
-	jnum(o, "min", s->min, prec);
-	jnum(o, "p50", s->p50, prec);
-	jnum(o, "p90", s->p90, prec);
-	jnum(o, "p99", s->p99, prec);
-	jnum(o, "max", s->max, prec);
-	jnum(o, "mean", s->mean, prec);
-	jnum(o, "stdev", s->stdev, prec);
-	return o;
-}
-
 /* ------------------------------------------------------ helper sessions */
 
 struct helper {
@@ -404,15 +361,15 @@ int cmd_api(struct opts *o)
 		jx_add_str(e, "target", TARGETS[k].name);
 		jx_add_str(e, "request", TARGETS[k].shown);
 		jx_add_num(e, "answers", (double)l.lat.n);
-		jnum(e, "req_per_s", rps, 0.1);
+		bench_jnum(e, "req_per_s", rps, 1);
 		jx_add_num(e, "errors", (double)errors);
 		cJSON *sc = jx_add_obj(e, "status_classes");
 		static const char *const cls[6] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
 		for (int i = 0; i < 6; i++)
 			if (l.statuses[i])
 				jx_add_num(sc, cls[i], (double)l.statuses[i]);
-		jx_put(e, "latency_ms", stats_obj(&ls, 0.001));
-		jx_put(e, "app_ms", stats_obj(&as, 0.001));
+		jx_put(e, "latency_ms", bench_stats_json(&ls, 3, 0));
+		jx_put(e, "app_ms", bench_stats_json(&as, 3, 0));
 		jx_push(res, e);
 		dvec_free(&l.lat);
 		dvec_free(&l.app);
@@ -426,7 +383,7 @@ int cmd_api(struct opts *o)
 	       "side\n(request to last byte); app = the answer's Server-Timing (labvm.fcgi's own "
 	       "time).\nerrors = answers other than 200. Load generator, front end, labvm.fcgi and "
 	       "PostgreSQL\nshare this machine's cores.\n");
-	if (write_json(o, root) < 0)
+	if (bench_write_figures(o, root) < 0)
 		rc = 1;
 	cJSON_Delete(root);
 cleanup:
@@ -713,7 +670,7 @@ int cmd_burst(struct opts *o)
 		}
 		cJSON *e = jx_obj();
 		jx_add_num(e, "round", rnd);
-		jnum(e, "burst_s", t_last - t_go, 0.001);
+		bench_jnum(e, "burst_s", t_last - t_go, 3);
 		cJSON *ans = jx_add_arr(e, "answers");
 		for (int j = 0; j < nk; j++) {
 			cJSON *a = jx_obj();
@@ -723,10 +680,10 @@ int cmd_burst(struct opts *o)
 			jx_push(ans, a);
 		}
 		jx_add_num(e, "admitted", admitted);
-		jx_put(e, "latency_ms", stats_obj(&ls, 0.01));
-		jx_put(e, "latency_201_ms", stats_obj(&l201, 0.01));
-		jx_put(e, "app_ms", stats_obj(&as, 0.01));
-		jx_put(e, "kube_ms", stats_obj(&ks, 0.01));
+		jx_put(e, "latency_ms", bench_stats_json(&ls, 2, 0));
+		jx_put(e, "latency_201_ms", bench_stats_json(&l201, 2, 0));
+		jx_put(e, "app_ms", bench_stats_json(&as, 2, 0));
+		jx_put(e, "kube_ms", bench_stats_json(&ks, 2, 0));
 		if (isfinite(capacity))
 			jx_add_num(e, "capacity", capacity);
 		else
@@ -744,7 +701,7 @@ int cmd_burst(struct opts *o)
 			cJSON *series = jx_add_arr(e, "vm_count_series");
 			for (size_t i = 0; i < b.sc.n; i++) {
 				cJSON *pt = jx_arr();
-				jx_push(pt, cJSON_CreateNumber(round(b.st.v[i] * 1000) / 1000));
+				jx_push(pt, cJSON_CreateNumber(bench_round(b.st.v[i], 3)));
 				jx_push(pt, cJSON_CreateNumber(b.sc.v[i]));
 				jx_push(series, pt);
 			}
@@ -789,7 +746,7 @@ int cmd_burst(struct opts *o)
 	dvec_free(&all_p99);
 	if (worst_overshoot != LONG_MIN)
 		jx_add_num(root, "worst_overshoot", (double)worst_overshoot);
-	if (write_json(o, root) < 0)
+	if (bench_write_figures(o, root) < 0)
 		rc = 1;
 	cJSON_Delete(root);
 	if (bench_stop)

@@ -708,27 +708,6 @@ void bench_copy(char *dst, size_t n, const char *src)
 	dst[l] = '\0';
 }
 
-int bench_mkdirs(const char *dir)
-{
-	char *p = xstrdup(dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			goto fail;
-		*s = '/';
-	}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		goto fail;
-	free(p);
-	return 0;
-fail:
-	fprintf(stderr, "labvm-bench: cannot create %s: %s\n", p, strerror(errno));
-	free(p);
-	return -1;
-}
-
 /* ----------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
