@@ -142,6 +142,23 @@ long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON
 /* "error" code of an error answer (borrowed) or "". */
 const char *bapi_error_code(const cJSON *o);
 
+/* A helper session: a ready lab that a benchmark works on (api, console). */
+struct helper {
+	int uidx;      /* the user (bench_user) */
+	char user[64]; /* filled by the caller */
+	char sid[40];
+	char vm[80];
+	int ours; /* started by us: end it afterwards */
+};
+
+/* A ready session of lesson for h->user through a (that user's client): a new
+ * one, or the user's open one (left open) unless --end-existing; waits for
+ * capacity and readiness up to timeout s. 0 ok, -1 (message on stderr). */
+int bench_helper_start(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
+                       double timeout);
+/* End it if we started it; 0 ok (or not ours), -1 failed (3 tries). */
+int bench_helper_end(struct bapi *a, struct helper *h);
+
 /* user i (0-based, from --first / the users file) and its password (borrowed) */
 int bench_users_load(struct opts *o);
 int bench_user_count(const struct opts *o);

@@ -432,16 +432,15 @@ struct ctx {
 	struct opts *o;
 	struct wsx x;
 	struct bapi api;
-	char user[64];
-	char sid[40], vm[80];
-	char *bearer; /* SECRET */
-	char *basic;  /* SECRET */
+	struct helper lab; /* the lab the paths open consoles to */
+	char *bearer;      /* SECRET */
+	char *basic;       /* SECRET */
 };
 
 /* the browser's way: a single-use ticket, then the bridge's "open" status */
 static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const char *auth)
 {
-	char *path = xasprintf("/api/sessions/%s/console-ticket", cx->sid);
+	char *path = xasprintf("/api/sessions/%s/console-ticket", cx->lab.sid);
 	cJSON *empty = jx_obj(), *t = NULL;
 	long code = bapi_call(&cx->api, "POST", path, empty, &t);
 	free(path);
@@ -496,7 +495,7 @@ static int open_path(struct ctx *cx, enum path_kind k, struct wsc *c)
 	if (k == P_DIRECT) {
 		char *url = xasprintf("%s/apis/subresources.kubevirt.io/v1/namespaces/%s/"
 		                      "virtualmachineinstances/%s/console",
-		                      o->kube_url, o->namespace_, cx->vm);
+		                      o->kube_url, o->namespace_, cx->lab.vm);
 		char *wss = xasprintf("wss%s", strstr(url, "://"));
 		int rc = wsc_open(&cx->x, c, wss, KUBEVIRT_PROTO, cx->bearer, 30);
 		free(url);
@@ -560,7 +559,6 @@ static int run_rss(struct opts *o)
 int cmd_console(struct opts *o)
 {
 	struct ctx cx;
-	int ours = 0;
 	int use[P_COUNT] = {0}, rc = 0;
 	const char *lesson = o->lesson ? o->lesson : "linux-basics";
 	struct dvec tp[P_COUNT], lat[P_COUNT];
@@ -613,9 +611,9 @@ int cmd_console(struct opts *o)
 		explicit_bzero(tok, strlen(tok));
 		free(tok);
 	}
-	bench_user(o, 0, cx.user);
+	bench_user(o, 0, cx.lab.user);
 	{
-		char *up = xasprintf("%s:%s", cx.user, bench_password(o, 0));
+		char *up = xasprintf("%s:%s", cx.lab.user, bench_password(o, 0));
 		char *b = util_b64(up, strlen(up));
 		cx.basic = xasprintf("Basic %s", b);
 		explicit_bzero(up, strlen(up));
@@ -628,7 +626,7 @@ int cmd_console(struct opts *o)
 		rc = 1;
 		goto out;
 	}
-	if (bapi_init(&cx.api, o->url, cx.user, bench_password(o, 0)) < 0) {
+	if (bapi_init(&cx.api, o->url, cx.lab.user, bench_password(o, 0)) < 0) {
 		rc = 1;
 		goto out;
 	}
@@ -636,71 +634,13 @@ int cmd_console(struct opts *o)
 	/* one ready lab */
 	printf("labvm-bench console: a %s lab for %s; %d run(s) of %d MB and %d keystrokes per "
 	       "path\n",
-	       lesson, cx.user, o->runs, o->mb, o->keys);
+	       lesson, cx.lab.user, o->runs, o->mb, o->keys);
 	fflush(stdout);
-	{
-		cJSON *body = jx_obj(), *s = NULL;
-		jx_add_str(body, "lesson", lesson);
-		double t0 = util_mono_s();
-		for (;;) {
-			long code = bapi_call(&cx.api, "POST", "/api/sessions", body, &s);
-			if (code == 201) {
-				ours = 1;
-				break;
-			}
-			const char *open_id = kj_str(s, "session.id");
-			if (code == 409 && open_id && o->end_existing) {
-				char *p = xasprintf("/api/sessions/%s", open_id);
-				bapi_call(&cx.api, "DELETE", p, NULL, NULL);
-				free(p);
-				cJSON_Delete(s);
-				s = NULL;
-				continue;
-			}
-			if (code == 409 && open_id) {
-				cJSON *inner =
-				    cJSON_DetachItemFromObjectCaseSensitive(s, "session");
-				cJSON_Delete(s);
-				s = inner;
-				break;
-			}
-			if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
-			    util_mono_s() - t0 < 300 && !bench_sleep(2)) {
-				cJSON_Delete(s);
-				s = NULL;
-				continue;
-			}
-			fprintf(stderr, "labvm-bench console: cannot start %s: %ld %s\n", lesson,
-			        code, code ? bapi_error_code(s) : cx.api.msg);
-			cJSON_Delete(s);
-			cJSON_Delete(body);
-			rc = 1;
-			goto out;
-		}
-		cJSON_Delete(body);
-		snprintf(cx.sid, sizeof cx.sid, "%s", kj_str(s, "id") ? kj_str(s, "id") : "");
-		snprintf(cx.vm, sizeof cx.vm, "%s",
-		         kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
-		cJSON_Delete(s);
-		char *p = xasprintf("/api/sessions/%s", cx.sid);
-		char st[16] = "starting";
-		while (!bench_stop && util_mono_s() - t0 < 600) {
-			cJSON *g = NULL;
-			if (bapi_call(&cx.api, "GET", p, NULL, &g) == 200 && kj_str(g, "state"))
-				bench_copy(st, sizeof st, kj_str(g, "state"));
-			cJSON_Delete(g);
-			if (strcmp(st, "starting") != 0)
-				break;
-			bench_sleep(0.5);
-		}
-		free(p);
-		if (strcmp(st, "ready") != 0) {
-			fprintf(stderr, "labvm-bench console: the lab is %s, not ready\n", st);
-			rc = 1;
-			goto out;
-		}
+	if (bench_helper_start(o, &cx.api, lesson, &cx.lab, 600) < 0) {
+		rc = 1;
+		goto out;
 	}
-	printf("lab ready: session %s, VM %s\n", cx.sid, cx.vm);
+	printf("lab ready: session %s, VM %s\n", cx.lab.sid, cx.lab.vm);
 	fflush(stdout);
 
 	struct progress pr;
@@ -819,13 +759,12 @@ int cmd_console(struct opts *o)
 	if (o->rss && !bench_stop && run_rss(o) < 0)
 		rc = 1;
 out:
-	if (ours && cx.sid[0]) {
-		char *p = xasprintf("/api/sessions/%s", cx.sid);
-		if (bapi_call(&cx.api, "DELETE", p, NULL, NULL) == 200)
-			printf("ended session %s\n", cx.sid);
+	if (cx.lab.ours) {
+		if (bench_helper_end(&cx.api, &cx.lab) == 0)
+			printf("ended session %s\n", cx.lab.sid);
 		else
-			fprintf(stderr, "labvm-bench console: ending session %s failed\n", cx.sid);
-		free(p);
+			fprintf(stderr, "labvm-bench console: ending session %s failed\n",
+			        cx.lab.sid);
 	}
 	for (int k = 0; k < P_COUNT; k++) {
 		dvec_free(&tp[k]);
