@@ -144,20 +144,24 @@ const char *bapi_error_code(const cJSON *o);
 
 /* A helper session: a ready lab that a benchmark works on (api, console). */
 struct helper {
-	int uidx;      /* the user (bench_user) */
-	char user[64]; /* filled by the caller */
+	int uidx;      /* the user (bench_user), set by the caller */
+	char user[64]; /* filled by the start */
 	char sid[40];
 	char vm[80];
 	int ours; /* started by us: end it afterwards */
 };
 
-/* A ready session of lesson for h->user through a (that user's client): a new
- * one, or the user's open one (left open) unless --end-existing; waits for
- * capacity and readiness up to timeout s. 0 ok, -1 (message on stderr). */
+/* A ready session of lesson for user h->uidx: a new one, or the user's open
+ * one (left open) unless --end-existing; waits for capacity and readiness up
+ * to timeout s. Through a (that user's client), or a client of its own when a
+ * is NULL. 0 ok, -1 (message on stderr). */
 int bench_helper_start(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
                        double timeout);
-/* End it if we started it; 0 ok (or not ours), -1 failed (3 tries). */
-int bench_helper_end(struct bapi *a, struct helper *h);
+/* n of them at once (a thread and client each, 600 s): 0 when all are ready. */
+int bench_helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n);
+/* End it if we started it (a: as for the start); 0 ok or not ours, -1 failed
+ * (3 tries). */
+int bench_helper_end(const struct opts *o, struct bapi *a, struct helper *h);
 
 /* user i (0-based, from --first / the users file) and its password (borrowed) */
 int bench_users_load(struct opts *o);

@@ -760,7 +760,7 @@ int cmd_console(struct opts *o)
 		rc = 1;
 out:
 	if (cx.lab.ours) {
-		if (bench_helper_end(&cx.api, &cx.lab) == 0)
+		if (bench_helper_end(o, &cx.api, &cx.lab) == 0)
 			printf("ended session %s\n", cx.lab.sid);
 		else
 			fprintf(stderr, "labvm-bench console: ending session %s failed\n",

@@ -1,5 +1,6 @@
 /* helper.c - helper sessions: the ready labs that api (status polling) and
  * console work on, started and ended through the API like a student would. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,8 +8,8 @@
 #include "bench.h"
 #include "jsonx.h"
 
-int bench_helper_start(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
-                       double timeout)
+static int start_with(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
+                      double timeout)
 {
 	cJSON *body = jx_obj(), *s = NULL;
 	int rc = -1;
@@ -78,11 +79,62 @@ out:
 	return rc;
 }
 
-int bench_helper_end(struct bapi *a, struct helper *h)
+int bench_helper_start(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
+                       double timeout)
+{
+	struct bapi own;
+	bench_user(o, h->uidx, h->user);
+	if (a)
+		return start_with(o, a, lesson, h, timeout);
+	if (bapi_init(&own, o->url, h->user, bench_password(o, h->uidx)) < 0)
+		return -1;
+	int rc = start_with(o, &own, lesson, h, timeout);
+	bapi_cleanup(&own);
+	return rc;
+}
+
+struct hstart {
+	const struct opts *o;
+	const char *lesson;
+	struct helper *h;
+	int rc;
+};
+
+static void *helper_thread(void *arg)
+{
+	struct hstart *x = arg;
+	x->rc = bench_helper_start(x->o, NULL, x->lesson, x->h, 600);
+	return NULL;
+}
+
+/* all at once: a start takes the lesson's boot time, not n of them */
+int bench_helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n)
+{
+	struct hstart *x = xcalloc((size_t)n, sizeof *x);
+	pthread_t *th = xcalloc((size_t)n, sizeof *th);
+	int *joined = xcalloc((size_t)n, sizeof *joined);
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		x[i] = (struct hstart){o, lesson, &h[i], -1};
+		joined[i] = pthread_create(&th[i], NULL, helper_thread, &x[i]) == 0;
+		if (!joined[i])
+			helper_thread(&x[i]);
+	}
+	for (int i = 0; i < n; i++) {
+		if (joined[i])
+			pthread_join(th[i], NULL);
+		if (x[i].rc != 0)
+			rc = -1;
+	}
+	free(x);
+	free(th);
+	free(joined);
+	return rc;
+}
+
+static int end_with(struct bapi *a, struct helper *h)
 {
 	long code = 0;
-	if (!h->ours || !h->sid[0])
-		return 0;
 	char *p = xasprintf("/api/sessions/%s", h->sid);
 	for (int i = 0; i < 3 && (code = bapi_call(a, "DELETE", p, NULL, NULL)) != 200; i++)
 		fprintf(stderr, "labvm-bench: ending %s's session: %s (retrying)\n", h->user,
@@ -90,4 +142,18 @@ int bench_helper_end(struct bapi *a, struct helper *h)
 	free(p);
 	h->ours = 0;
 	return code == 200 ? 0 : -1;
+}
+
+int bench_helper_end(const struct opts *o, struct bapi *a, struct helper *h)
+{
+	struct bapi own;
+	if (!h->ours || !h->sid[0])
+		return 0;
+	if (a)
+		return end_with(a, h);
+	if (bapi_init(&own, o->url, h->user, bench_password(o, h->uidx)) < 0)
+		return -1;
+	int rc = end_with(&own, h);
+	bapi_cleanup(&own);
+	return rc;
 }

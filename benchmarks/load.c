@@ -23,69 +23,6 @@
 #include "bench.h"
 #include "jsonx.h"
 
-/* ------------------------------------------------------ helper sessions */
-
-/* helper_start and helper_end with a client of their own (threads) */
-static int helper_start(const struct opts *o, const char *lesson, struct helper *h, double timeout)
-{
-	struct bapi a;
-	bench_user(o, h->uidx, h->user);
-	if (bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
-		return -1;
-	int rc = bench_helper_start(o, &a, lesson, h, timeout);
-	bapi_cleanup(&a);
-	return rc;
-}
-
-struct hstart {
-	const struct opts *o;
-	const char *lesson;
-	struct helper *h;
-	int rc;
-};
-
-static void *helper_thread(void *arg)
-{
-	struct hstart *x = arg;
-	x->rc = helper_start(x->o, x->lesson, x->h, 600);
-	return NULL;
-}
-
-/* all at once: a start takes the lesson's boot time, not n of them */
-static int helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n)
-{
-	struct hstart *x = xcalloc((size_t)n, sizeof *x);
-	pthread_t *th = xcalloc((size_t)n, sizeof *th);
-	int *joined = xcalloc((size_t)n, sizeof *joined);
-	int rc = 0;
-	for (int i = 0; i < n; i++) {
-		x[i] = (struct hstart){o, lesson, &h[i], -1};
-		joined[i] = pthread_create(&th[i], NULL, helper_thread, &x[i]) == 0;
-		if (!joined[i])
-			helper_thread(&x[i]);
-	}
-	for (int i = 0; i < n; i++) {
-		if (joined[i])
-			pthread_join(th[i], NULL);
-		if (x[i].rc != 0)
-			rc = -1;
-	}
-	free(x);
-	free(th);
-	free(joined);
-	return rc;
-}
-
-static void helper_end(const struct opts *o, struct helper *h)
-{
-	struct bapi a;
-	if (!h->ours || !h->sid[0] ||
-	    bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
-		return;
-	bench_helper_end(&a, h);
-	bapi_cleanup(&a);
-}
-
 /* ------------------------------------------------------------------ api */
 
 struct load {
@@ -219,7 +156,7 @@ int cmd_api(struct opts *o)
 	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh,
 	       lesson);
 	fflush(stdout);
-	if (helpers_start(o, lesson, h, nh) < 0) {
+	if (bench_helpers_start(o, lesson, h, nh) < 0) {
 		rc = 1;
 		goto cleanup;
 	}
@@ -310,7 +247,7 @@ int cmd_api(struct opts *o)
 	cJSON_Delete(root);
 cleanup:
 	for (int i = 0; i < nh; i++)
-		helper_end(o, &h[i]);
+		bench_helper_end(o, NULL, &h[i]);
 	free(h);
 	free(names);
 	free(copyt);
@@ -640,7 +577,7 @@ int cmd_burst(struct opts *o)
 				continue;
 			bench_copy(h.user, sizeof h.user, t[i].user);
 			bench_copy(h.sid, sizeof h.sid, t[i].sid);
-			helper_end(o, &h);
+			bench_helper_end(o, NULL, &h);
 			ended++;
 		}
 		printf("  ended the %d session(s) it started\n", ended);
