@@ -148,7 +148,8 @@ struct helper {
 	char user[64]; /* filled by the start */
 	char sid[40];
 	char vm[80];
-	int ours; /* started by us: end it afterwards */
+	int ours;  /* started by us: end it afterwards */
+	int ready; /* the start succeeded */
 };
 
 /* A ready session of lesson for user h->uidx: a new one, or the user's open

@@ -54,6 +54,7 @@ static int start_with(const struct opts *o, struct bapi *a, const char *lesson, 
 		const char *st = code == 200 ? kj_str(g, "state") : NULL;
 		if (st && strcmp(st, "ready") == 0) {
 			rc = 0;
+			h->ready = 1;
 			cJSON_Delete(g);
 			break;
 		}

@@ -145,7 +145,7 @@ static const struct optdef OPTS[] = {
     {"paths", T_STR, F(paths), NULL, "direct,bridge,frontend", 0, 0, CMD_CONSOLE, "LIST",
      "direct,bridge,frontend [all three]"},
     {"rss", T_FLAG, F(rss), NULL, NULL, 0, 0, CMD_CONSOLE, NULL,
-     "also benchmarks/console-bench.py --only rss"},
+     "also the bridge's memory with 1,000 consoles"},
     {"in", T_STR, F(in), NULL, NULL, 0, 0, CMD_PLOT, "F.json,..",
      "readiness or report JSON files (merged)"},
     {"help", T_HELP, 0, NULL, NULL, 0, 0, ALL, NULL, "this text"},
