@@ -1103,12 +1103,50 @@ static int run_rss(struct ctx *cx, const char *lesson)
 	return rc;
 }
 
+/* The stack's labvm-console (tests/stack writes $LABVM_STATE/pids/console),
+ * when it runs on this machine; -1 otherwise. */
+static pid_t bridge_pid_of_stack(void)
+{
+	const char *state = getenv("LABVM_STATE");
+	if (!state || !*state)
+		return -1;
+	char *path = xasprintf("%s/pids/console", state);
+	char *text = util_read_file(path, 64, NULL);
+	free(path);
+	long pid = text ? strtol(text, NULL, 10) : -1;
+	free(text);
+	return pid > 0 && kill((pid_t)pid, 0) == 0 ? (pid_t)pid : -1;
+}
+
+/* user + system CPU seconds of a process (all its threads) */
+static double bridge_cpu_s(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long ut = 0, st = 0;
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *got = fgets(line, sizeof line, f);
+	fclose(f);
+	char *p = got ? strrchr(line, ')') : NULL;
+	/* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 int cmd_console(struct opts *o)
 {
 	struct ctx cx;
 	int use[P_COUNT] = {0}, rc = 0;
 	const char *lesson = o->lesson ? o->lesson : "linux-basics";
-	struct dvec tp[P_COUNT], lat[P_COUNT];
+	struct dvec tp[P_COUNT], lat[P_COUNT], cpu = {0};
+	pid_t bridge_pid = bridge_pid_of_stack();
 	char *copyp = xstrdup(o->paths), *save = NULL;
 
 	memset(&cx, 0, sizeof cx);
@@ -1210,7 +1248,7 @@ int cmd_console(struct opts *o)
 					break;
 				}
 				if (phase == 0) {
-					double mbps;
+					double mbps, cpu0 = bridge_cpu_s(bridge_pid);
 					size_t bytes;
 					if (throughput_once(&cx.x, &c, o->mb, &mbps, &bytes) < 0) {
 						fprintf(stderr,
@@ -1220,6 +1258,11 @@ int cmd_console(struct opts *o)
 						rc = 1;
 					} else {
 						dvec_push(&tp[k], mbps);
+						if (k == P_BRIDGE && bridge_pid > 0 && bytes)
+							dvec_push(
+							    &cpu,
+							    (bridge_cpu_s(bridge_pid) - cpu0) *
+							        1000 / ((double)bytes / 1e6));
 					}
 				} else if (latency_once(&cx.x, &c, o->keys, &lat[k]) < 0) {
 					fprintf(
@@ -1298,6 +1341,15 @@ int cmd_console(struct opts *o)
 		snprintf(key, sizeof key, "added_rtt_p99_ms_%s", PATH_NAME[k]);
 		jx_add_num(root, key, bench_round(p99[k] - p99[P_DIRECT], 3));
 	}
+	if (cpu.n) {
+		struct stats cs;
+		stats_compute(cpu.v, cpu.n, &cs);
+		printf("  bridge CPU while relaying: %.1f ms per MB (median), i.e. one core would "
+		       "relay about %.0f MB/s\n",
+		       cs.p50, cs.p50 > 0 ? 1000 / cs.p50 : INFINITY);
+		jx_add_num(root, "bridge_cpu_ms_per_mb", bench_round(cs.p50, 3));
+	}
+	dvec_free(&cpu);
 	printf(
 	    "  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
 	    "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
