@@ -104,7 +104,7 @@ struct opts {
 	int mb;
 	int keys;
 	char *paths; /* "direct,bridge,frontend" */
-	int rss;     /* also run benchmarks/console-bench.py --only rss */
+	int rss;     /* also the bridge's memory with 1,000 consoles */
 
 	/* plot */
 	char *in; /* comma-separated JSON files */

@@ -1,22 +1,21 @@
-/* console.c - `labvm-bench console`: console relay throughput and keystroke
- * latency through the bridge, against a direct connection to the VMI console.
- *
- * The method is the console engineer's benchmarks/console-bench.py, ported
- * to C so an operator needs nothing but this binary and a student account:
+/* console.c - `labvm-bench console`: the console benchmark. Relay throughput
+ * and keystroke latency through the bridge against a direct connection to the
+ * VMI console, and (--rss) the bridge's memory with 1,000 open consoles.
  *
  *   throughput  `head -c MB | tr '\0' x | fold -w 99` in the guest; MB/s of
  *               console bytes received until the end marker (pty and all);
- *               median over --runs, paths interleaved within each run.
+ *               median over --runs, paths interleaved within each run; and
+ *               the bridge's CPU per MB relayed when it runs on this machine.
  *   latency     `stty -icanon; cat >/dev/null`, then one keystroke at a time:
  *               time until the tty's echo comes back; p50/p90/p99.
+ *   rss         see "memory" below.
  *
  * Paths: "direct" (the cluster's console subresource, wss, plain.kubevirt.io,
  * the read token), "bridge" (labvm-console's own port, --console-url) and
  * "frontend" (the front end's /console/, as the browser does). The bridge
  * paths use a fresh ticket from POST /api/sessions/{id}/console-ticket each
  * time. KubeVirt allows one console per VMI and a new one kicks the old, so
- * the paths run one after the other on the same lab, never at once.
- * --rss runs the console engineer's script for the bridge's memory figures. */
+ * the paths run one after the other on the same lab, never at once. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
