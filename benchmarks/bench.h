@@ -38,6 +38,8 @@ enum bench_cmd {
 	CMD_PLOT = 1 << 6,
 };
 
+/* Filled from the option table (OPTS in main.c): one row per flag, with its
+ * default, bounds and --help line. */
 struct opts {
 	const char *cmd_name;
 	enum bench_cmd cmd;
@@ -102,7 +104,7 @@ struct opts {
 	int mb;
 	int keys;
 	char *paths; /* "direct,bridge,frontend" */
-	int rss;     /* also run benchmarks/console-bench.py --only rss */
+	int rss;     /* also the bridge's memory with 1,000 consoles */
 
 	/* plot */
 	char *in; /* comma-separated JSON files */
@@ -139,6 +141,28 @@ long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON
                cJSON **out);
 /* "error" code of an error answer (borrowed) or "". */
 const char *bapi_error_code(const cJSON *o);
+
+/* A helper session: a ready lab that a benchmark works on (api, console). */
+struct helper {
+	int uidx;      /* the user (bench_user), set by the caller */
+	char user[64]; /* filled by the start */
+	char sid[40];
+	char vm[80];
+	int ours;  /* started by us: end it afterwards */
+	int ready; /* the start succeeded */
+};
+
+/* A ready session of lesson for user h->uidx: a new one, or the user's open
+ * one (left open) unless --end-existing; waits for capacity and readiness up
+ * to timeout s. Through a (that user's client), or a client of its own when a
+ * is NULL. 0 ok, -1 (message on stderr). */
+int bench_helper_start(const struct opts *o, struct bapi *a, const char *lesson, struct helper *h,
+                       double timeout);
+/* n of them at once (a thread and client each, 600 s): 0 when all are ready. */
+int bench_helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n);
+/* End it if we started it (a: as for the start); 0 ok or not ours, -1 failed
+ * (3 tries). */
+int bench_helper_end(const struct opts *o, struct bapi *a, struct helper *h);
 
 /* user i (0-based, from --first / the users file) and its password (borrowed) */
 int bench_users_load(struct opts *o);
@@ -293,8 +317,21 @@ double bench_parse_time(const char *s);
 void bench_fmt_time(double t, char out[32]);
 /* Copy src (NULL = "") into dst of size n, truncated at n-1 bytes. */
 void bench_copy(char *dst, size_t n, const char *src);
+
+/* ----------------------------------------------------------------- output */
+
 /* mkdir -p */
 int bench_mkdirs(const char *dir);
+/* root, indented, into path; 0 ok, -1 (message on stderr). */
+int bench_write_json(const char *path, const cJSON *root);
+/* OUT/NAME.json (--out, --name), and "figures: PATH" on stdout. */
+int bench_write_figures(const struct opts *o, const cJSON *root);
+/* x rounded to `digits` decimals. */
+double bench_round(double x, int digits);
+/* k: x rounded to `digits` decimals, or null when x is not finite. */
+void bench_jnum(cJSON *o, const char *k, double x, int digits);
+/* {n, min, [p25,] p50, [p75,] p90, p99, max, mean, stdev}, rounded. */
+cJSON *bench_stats_json(const struct stats *s, int digits, int quartiles);
 
 /* ------------------------------------------------------------- commands */
 

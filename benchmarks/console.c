@@ -1,360 +1,31 @@
-/* console.c - `labvm-bench console`: console relay throughput and keystroke
- * latency through the bridge, against a direct connection to the VMI console.
- *
- * The method is the console engineer's benchmarks/console-bench.py, ported
- * to C so an operator needs nothing but this binary and a student account:
+/* console.c - `labvm-bench console`: the console benchmark. Relay throughput
+ * and keystroke latency through the bridge against a direct connection to the
+ * VMI console, and (--rss) the bridge's memory with 1,000 open consoles.
  *
  *   throughput  `head -c MB | tr '\0' x | fold -w 99` in the guest; MB/s of
  *               console bytes received until the end marker (pty and all);
- *               median over --runs, paths interleaved within each run.
+ *               median over --runs, paths interleaved within each run; and
+ *               the bridge's CPU per MB relayed when it runs on this machine.
  *   latency     `stty -icanon; cat >/dev/null`, then one keystroke at a time:
  *               time until the tty's echo comes back; p50/p90/p99.
+ *   rss         see rss.c.
  *
  * Paths: "direct" (the cluster's console subresource, wss, plain.kubevirt.io,
  * the read token), "bridge" (labvm-console's own port, --console-url) and
  * "frontend" (the front end's /console/, as the browser does). The bridge
  * paths use a fresh ticket from POST /api/sessions/{id}/console-ticket each
  * time. KubeVirt allows one console per VMI and a new one kicks the old, so
- * the paths run one after the other on the same lab, never at once.
- * --rss runs the console engineer's script for the bridge's memory figures. */
-#include <errno.h>
-#include <libgen.h>
+ * the paths run one after the other on the same lab, never at once. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <libwebsockets.h>
-
-#include "bench.h"
 #include "jsonx.h"
-
-#define BRIDGE_PROTO   "labvm-console.v1"
-#define KUBEVIRT_PROTO "plain.kubevirt.io"
-#define RX_KEEP_MAX    (1u << 20)
-
-enum ws_state { WS_CONNECTING, WS_OPEN, WS_CLOSED, WS_FAILED };
-
-struct wsc {
-	struct lws *wsi;
-	enum ws_state state;
-	char why[200];
-	char *auth;    /* Authorization header value: SECRET */
-	struct buf rx; /* binary bytes since the last clear (capped) */
-	size_t rx_total;
-	char tail[64];
-	size_t tail_len;
-	struct buf txt; /* text message being assembled */
-	char last_text[512];
-	int text_count;
-	unsigned char *tx; /* pending message, LWS_PRE headroom */
-	size_t tx_len;
-	int closing;
-};
-
-struct wsx {
-	struct lws_context *ctx;
-	lws_sorted_usec_list_t sul;
-};
-
-static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                     size_t len)
-{
-	struct wsc *c = lws_get_opaque_user_data(wsi);
-
-	switch (reason) {
-	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
-		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
-		if (c && c->auth &&
-		    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
-		                                 (const unsigned char *)c->auth,
-		                                 (int)strlen(c->auth), p, end))
-			return -1;
-		return 0;
-	}
-	case LWS_CALLBACK_CLIENT_ESTABLISHED:
-		if (c)
-			c->state = WS_OPEN;
-		return 0;
-	case LWS_CALLBACK_CLIENT_RECEIVE:
-		if (!c)
-			return 0;
-		if (lws_frame_is_binary(wsi)) {
-			c->rx_total += len;
-			if (c->rx.len + len <= RX_KEEP_MAX)
-				buf_append(&c->rx, in, len);
-			/* the last bytes, for end markers split across frames */
-			if (len >= sizeof c->tail) {
-				memcpy(c->tail, (char *)in + len - sizeof c->tail, sizeof c->tail);
-				c->tail_len = sizeof c->tail;
-			} else {
-				size_t keep = sizeof c->tail - len;
-				if (keep > c->tail_len)
-					keep = c->tail_len;
-				memmove(c->tail, c->tail + c->tail_len - keep, keep);
-				memcpy(c->tail + keep, in, len);
-				c->tail_len = keep + len;
-			}
-		} else {
-			if (c->txt.len < 64 * 1024)
-				buf_append(&c->txt, in, len);
-			if (lws_is_final_fragment(wsi)) {
-				snprintf(c->last_text, sizeof c->last_text, "%s",
-				         c->txt.p ? c->txt.p : "");
-				c->text_count++;
-				buf_reset(&c->txt);
-			}
-		}
-		return 0;
-	case LWS_CALLBACK_CLIENT_WRITEABLE:
-		if (!c)
-			return -1;
-		if (c->closing) {
-			lws_close_reason(wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"bye", 3);
-			return -1;
-		}
-		if (c->tx) {
-			int m = lws_write(wsi, c->tx + LWS_PRE, c->tx_len, LWS_WRITE_BINARY);
-			free(c->tx);
-			c->tx = NULL;
-			if (m < (int)c->tx_len)
-				return -1;
-		}
-		return 0;
-	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-		if (c && len >= 2) {
-			const unsigned char *b = in;
-			snprintf(c->why, sizeof c->why, "closed by the server (%d%s%.*s)",
-			         b[0] << 8 | b[1], len > 2 ? ": " : "",
-			         (int)(len > 120 ? 118 : len - 2), (const char *)b + 2);
-		}
-		return 0;
-	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-		if (c) {
-			int st = lws_http_client_http_response(wsi);
-			if (st > 0 && st != 101)
-				snprintf(c->why, sizeof c->why, "HTTP %d", st);
-			else
-				snprintf(c->why, sizeof c->why, "%s",
-				         in ? (const char *)in : "connection error");
-			c->state = WS_FAILED;
-			c->wsi = NULL;
-		}
-		return 0;
-	case LWS_CALLBACK_CLIENT_CLOSED:
-		if (c) {
-			c->state = WS_CLOSED;
-			c->wsi = NULL;
-		}
-		return 0;
-	default:
-		break;
-	}
-	return lws_callback_http_dummy(wsi, reason, user, in, len);
-}
-
-static const struct lws_protocols PROTOCOLS[] = {
-    {"bench-client", cb_client, 0, 0, 0, NULL, 0},
-    {NULL, NULL, 0, 0, 0, NULL, 0},
-};
-
-/* wake lws_service at least every 5 ms, so the waits below see their deadlines */
-static void tick(lws_sorted_usec_list_t *sul)
-{
-	struct wsx *x = lws_container_of(sul, struct wsx, sul);
-	lws_sul_schedule(x->ctx, 0, &x->sul, tick, 5 * LWS_US_PER_MS);
-}
-
-static int wsx_init(struct wsx *x, const char *ca)
-{
-	struct lws_context_creation_info info;
-	memset(x, 0, sizeof *x);
-	memset(&info, 0, sizeof info);
-	lws_set_log_level(LLL_ERR, NULL);
-	info.port = CONTEXT_PORT_NO_LISTEN;
-	info.protocols = PROTOCOLS;
-	info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-	info.client_ssl_ca_filepath = ca;
-	x->ctx = lws_create_context(&info);
-	if (!x->ctx)
-		return -1;
-	lws_sul_schedule(x->ctx, 0, &x->sul, tick, 5 * LWS_US_PER_MS);
-	return 0;
-}
-
-static void wsx_free(struct wsx *x)
-{
-	if (x->ctx)
-		lws_context_destroy(x->ctx);
-	x->ctx = NULL;
-}
-
-static void pump(struct wsx *x)
-{
-	lws_service(x->ctx, 0);
-}
-
-/* ws[s]://host[:port]/path -> parts (path keeps its query) */
-static int parse_url(const char *url, int *tls, char *host, size_t hn, int *port, char *path,
-                     size_t pn)
-{
-	const char *h;
-	if (strncmp(url, "ws://", 5) == 0 || strncmp(url, "http://", 7) == 0) {
-		*tls = 0;
-		*port = 80;
-	} else if (strncmp(url, "wss://", 6) == 0 || strncmp(url, "https://", 8) == 0) {
-		*tls = 1;
-		*port = 443;
-	} else {
-		return -1;
-	}
-	h = strstr(url, "://") + 3;
-	const char *slash = strchr(h, '/');
-	if (!slash)
-		slash = h + strlen(h);
-	const char *colon = memchr(h, ':', (size_t)(slash - h));
-	const char *he = colon ? colon : slash;
-	if (he == h || (size_t)(he - h) >= hn)
-		return -1;
-	memcpy(host, h, (size_t)(he - h));
-	host[he - h] = '\0';
-	if (colon) {
-		*port = atoi(colon + 1);
-		if (*port <= 0 || *port > 65535)
-			return -1;
-	}
-	snprintf(path, pn, "%s", *slash ? slash : "/");
-	return 0;
-}
-
-static void wsc_reset(struct wsc *c)
-{
-	buf_free(&c->rx);
-	buf_free(&c->txt);
-	free(c->tx);
-	if (c->auth) {
-		explicit_bzero(c->auth, strlen(c->auth));
-		free(c->auth);
-	}
-	memset(c, 0, sizeof *c);
-}
-
-static void wsc_close(struct wsx *x, struct wsc *c)
-{
-	if (c->wsi && c->state == WS_OPEN) {
-		c->closing = 1;
-		lws_callback_on_writable(c->wsi);
-		double end = util_mono_s() + 3;
-		while (c->wsi && util_mono_s() < end)
-			pump(x);
-	}
-	if (c->wsi) { /* never answered: detach, let lws kill it */
-		lws_set_opaque_user_data(c->wsi, NULL);
-		lws_set_timeout(c->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
-		pump(x);
-	}
-	wsc_reset(c);
-}
-
-static int wsc_open(struct wsx *x, struct wsc *c, const char *url, const char *proto,
-                    const char *auth, double timeout)
-{
-	struct lws_client_connect_info i;
-	char host[256], path[2048];
-	int tls, port;
-
-	memset(c, 0, sizeof *c);
-	if (parse_url(url, &tls, host, sizeof host, &port, path, sizeof path) < 0) {
-		snprintf(c->why, sizeof c->why, "bad URL");
-		return -1;
-	}
-	c->auth = auth ? xstrdup(auth) : NULL;
-	c->state = WS_CONNECTING;
-	memset(&i, 0, sizeof i);
-	i.context = x->ctx;
-	i.address = host;
-	i.port = port;
-	i.path = path;
-	i.host = host;
-	i.origin = host;
-	i.ssl_connection = tls ? LCCSCF_USE_SSL : 0;
-	i.protocol = proto;
-	i.local_protocol_name = "bench-client";
-	i.opaque_user_data = c;
-	i.pwsi = &c->wsi;
-	if (!lws_client_connect_via_info(&i)) {
-		if (!c->why[0])
-			snprintf(c->why, sizeof c->why, "cannot connect");
-		c->wsi = NULL;
-		return -1;
-	}
-	double end = util_mono_s() + timeout;
-	while (c->state == WS_CONNECTING && util_mono_s() < end && !bench_stop)
-		pump(x);
-	if (c->state != WS_OPEN) {
-		if (!c->why[0])
-			snprintf(c->why, sizeof c->why, "no answer within %.0f s", timeout);
-		return -1;
-	}
-	return 0;
-}
-
-static int wsc_send(struct wsx *x, struct wsc *c, const void *data, size_t n)
-{
-	if (c->state != WS_OPEN || !c->wsi)
-		return -1;
-	c->tx = xmalloc(LWS_PRE + n);
-	memcpy(c->tx + LWS_PRE, data, n);
-	c->tx_len = n;
-	lws_callback_on_writable(c->wsi);
-	double end = util_mono_s() + 10;
-	while (c->tx && c->state == WS_OPEN && util_mono_s() < end)
-		pump(x);
-	return c->tx ? -1 : 0;
-}
-
-static void wsc_clear(struct wsc *c)
-{
-	buf_reset(&c->rx);
-}
-
-static int rx_has(const struct wsc *c, const char *needle)
-{
-	return c->rx.p && memmem(c->rx.p, c->rx.len, needle, strlen(needle)) != NULL;
-}
-
-static int tail_has(const struct wsc *c, const char *needle)
-{
-	return memmem(c->tail, c->tail_len, needle, strlen(needle)) != NULL;
-}
-
-/* service until needle arrives (in the kept bytes); 0, or -1 on timeout/close */
-static int wsc_until(struct wsx *x, struct wsc *c, const char *needle, double timeout)
-{
-	double end = util_mono_s() + timeout;
-	while (!rx_has(c, needle)) {
-		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop)
-			return -1;
-		pump(x);
-	}
-	return 0;
-}
-
-static void wsc_drain(struct wsx *x, struct wsc *c, double quiet)
-{
-	double end = util_mono_s() + quiet;
-	size_t seen = c->rx_total;
-	while (util_mono_s() < end && c->state == WS_OPEN) {
-		pump(x);
-		if (c->rx_total != seen) {
-			seen = c->rx_total;
-			end = util_mono_s() + quiet;
-		}
-	}
-}
+#include "ws.h"
 
 /* ------------------------------------------------------------- the method */
 
@@ -387,10 +58,10 @@ static int throughput_once(struct wsx *x, struct wsc *c, int mb, double *mbps, s
 	if (wsc_send(x, c, cmd, strlen(cmd)) < 0)
 		return -1;
 	double end = t0 + 300;
-	while (!tail_has(c, "DONE-42\r\n")) {
+	while (!wsc_tail_has(c, "DONE-42\r\n")) {
 		if (c->state != WS_OPEN || util_mono_s() > end || bench_stop)
 			return -1;
-		pump(x);
+		wsx_pump(x);
 		if (c->rx.len > RX_KEEP_MAX / 2)
 			wsc_clear(c);
 	}
@@ -432,16 +103,15 @@ struct ctx {
 	struct opts *o;
 	struct wsx x;
 	struct bapi api;
-	char user[64];
-	char sid[40], vm[80];
-	char *bearer; /* SECRET */
-	char *basic;  /* SECRET */
+	struct helper lab; /* the lab the paths open consoles to */
+	char *bearer;      /* SECRET */
+	char *basic;       /* SECRET */
 };
 
 /* the browser's way: a single-use ticket, then the bridge's "open" status */
 static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const char *auth)
 {
-	char *path = xasprintf("/api/sessions/%s/console-ticket", cx->sid);
+	char *path = xasprintf("/api/sessions/%s/console-ticket", cx->lab.sid);
 	cJSON *empty = jx_obj(), *t = NULL;
 	long code = bapi_call(&cx->api, "POST", path, empty, &t);
 	free(path);
@@ -473,7 +143,7 @@ static int open_bridge(struct ctx *cx, struct wsc *c, const char *base, const ch
 				         "no \"open\" status from the bridge");
 			return -1;
 		}
-		pump(&cx->x);
+		wsx_pump(&cx->x);
 	}
 	return 0;
 }
@@ -496,7 +166,7 @@ static int open_path(struct ctx *cx, enum path_kind k, struct wsc *c)
 	if (k == P_DIRECT) {
 		char *url = xasprintf("%s/apis/subresources.kubevirt.io/v1/namespaces/%s/"
 		                      "virtualmachineinstances/%s/console",
-		                      o->kube_url, o->namespace_, cx->vm);
+		                      o->kube_url, o->namespace_, cx->lab.vm);
 		char *wss = xasprintf("wss%s", strstr(url, "://"));
 		int rc = wsc_open(&cx->x, c, wss, KUBEVIRT_PROTO, cx->bearer, 30);
 		free(url);
@@ -515,55 +185,50 @@ static int open_path(struct ctx *cx, enum path_kind k, struct wsc *c)
 	return rc;
 }
 
-static int run_rss(struct opts *o)
+/* The stack's labvm-console (tests/stack writes $LABVM_STATE/pids/console),
+ * when it runs on this machine; -1 otherwise. */
+static pid_t bridge_pid_of_stack(void)
 {
-	char exe[4096], *script = NULL;
-	const char *src = getenv("LABVM_SRC");
-	if (src) {
-		script = xasprintf("%s/benchmarks/console-bench.py", src);
-	} else {
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-		if (n > 0) {
-			exe[n] = '\0';
-			script = xasprintf("%s/../../benchmarks/console-bench.py", dirname(exe));
-		}
-	}
-	char *real = script ? realpath(script, NULL) : NULL;
-	if (real) {
-		free(script);
-		script = real;
-	}
-	if (!script || access(script, R_OK) != 0) {
-		printf("\nrss: benchmarks/console-bench.py not found (set LABVM_SRC)\n");
-		free(script);
+	const char *state = getenv("LABVM_STATE");
+	if (!state || !*state)
 		return -1;
-	}
-	char *json = xasprintf("%s/%s-rss.json", o->out_dir, o->name);
-	printf("\nrss: %s --only rss (the console engineer's measurement)\n", script);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		/* argv[0] absolute: python derives sys.executable from it, and the script
-		 * starts helpers with sys.executable (python3 on PATH may be another one) */
-		execl("/usr/bin/python3", "/usr/bin/python3", script, "--only", "rss", "--conns",
-		      "200", "--json", json, (char *)NULL);
-		_exit(127);
-	}
-	int st = 0;
-	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	free(script);
-	free(json);
-	return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	char *path = xasprintf("%s/pids/console", state);
+	char *text = util_read_file(path, 64, NULL);
+	free(path);
+	long pid = text ? strtol(text, NULL, 10) : -1;
+	free(text);
+	return pid > 0 && kill((pid_t)pid, 0) == 0 ? (pid_t)pid : -1;
+}
+
+/* user + system CPU seconds of a process (all its threads) */
+static double bridge_cpu_s(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long ut = 0, st = 0;
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *got = fgets(line, sizeof line, f);
+	fclose(f);
+	char *p = got ? strrchr(line, ')') : NULL;
+	/* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 int cmd_console(struct opts *o)
 {
 	struct ctx cx;
-	int ours = 0;
 	int use[P_COUNT] = {0}, rc = 0;
 	const char *lesson = o->lesson ? o->lesson : "linux-basics";
-	struct dvec tp[P_COUNT], lat[P_COUNT];
+	struct dvec tp[P_COUNT], lat[P_COUNT], cpu = {0};
+	pid_t bridge_pid = bridge_pid_of_stack();
 	char *copyp = xstrdup(o->paths), *save = NULL;
 
 	memset(&cx, 0, sizeof cx);
@@ -613,9 +278,9 @@ int cmd_console(struct opts *o)
 		explicit_bzero(tok, strlen(tok));
 		free(tok);
 	}
-	bench_user(o, 0, cx.user);
+	bench_user(o, 0, cx.lab.user);
 	{
-		char *up = xasprintf("%s:%s", cx.user, bench_password(o, 0));
+		char *up = xasprintf("%s:%s", cx.lab.user, bench_password(o, 0));
 		char *b = util_b64(up, strlen(up));
 		cx.basic = xasprintf("Basic %s", b);
 		explicit_bzero(up, strlen(up));
@@ -628,7 +293,7 @@ int cmd_console(struct opts *o)
 		rc = 1;
 		goto out;
 	}
-	if (bapi_init(&cx.api, o->url, cx.user, bench_password(o, 0)) < 0) {
+	if (bapi_init(&cx.api, o->url, cx.lab.user, bench_password(o, 0)) < 0) {
 		rc = 1;
 		goto out;
 	}
@@ -636,71 +301,13 @@ int cmd_console(struct opts *o)
 	/* one ready lab */
 	printf("labvm-bench console: a %s lab for %s; %d run(s) of %d MB and %d keystrokes per "
 	       "path\n",
-	       lesson, cx.user, o->runs, o->mb, o->keys);
+	       lesson, cx.lab.user, o->runs, o->mb, o->keys);
 	fflush(stdout);
-	{
-		cJSON *body = jx_obj(), *s = NULL;
-		jx_add_str(body, "lesson", lesson);
-		double t0 = util_mono_s();
-		for (;;) {
-			long code = bapi_call(&cx.api, "POST", "/api/sessions", body, &s);
-			if (code == 201) {
-				ours = 1;
-				break;
-			}
-			const char *open_id = kj_str(s, "session.id");
-			if (code == 409 && open_id && o->end_existing) {
-				char *p = xasprintf("/api/sessions/%s", open_id);
-				bapi_call(&cx.api, "DELETE", p, NULL, NULL);
-				free(p);
-				cJSON_Delete(s);
-				s = NULL;
-				continue;
-			}
-			if (code == 409 && open_id) {
-				cJSON *inner =
-				    cJSON_DetachItemFromObjectCaseSensitive(s, "session");
-				cJSON_Delete(s);
-				s = inner;
-				break;
-			}
-			if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
-			    util_mono_s() - t0 < 300 && !bench_sleep(2)) {
-				cJSON_Delete(s);
-				s = NULL;
-				continue;
-			}
-			fprintf(stderr, "labvm-bench console: cannot start %s: %ld %s\n", lesson,
-			        code, code ? bapi_error_code(s) : cx.api.msg);
-			cJSON_Delete(s);
-			cJSON_Delete(body);
-			rc = 1;
-			goto out;
-		}
-		cJSON_Delete(body);
-		snprintf(cx.sid, sizeof cx.sid, "%s", kj_str(s, "id") ? kj_str(s, "id") : "");
-		snprintf(cx.vm, sizeof cx.vm, "%s",
-		         kj_str(s, "vms.0.name") ? kj_str(s, "vms.0.name") : "");
-		cJSON_Delete(s);
-		char *p = xasprintf("/api/sessions/%s", cx.sid);
-		char st[16] = "starting";
-		while (!bench_stop && util_mono_s() - t0 < 600) {
-			cJSON *g = NULL;
-			if (bapi_call(&cx.api, "GET", p, NULL, &g) == 200 && kj_str(g, "state"))
-				bench_copy(st, sizeof st, kj_str(g, "state"));
-			cJSON_Delete(g);
-			if (strcmp(st, "starting") != 0)
-				break;
-			bench_sleep(0.5);
-		}
-		free(p);
-		if (strcmp(st, "ready") != 0) {
-			fprintf(stderr, "labvm-bench console: the lab is %s, not ready\n", st);
-			rc = 1;
-			goto out;
-		}
+	if (bench_helper_start(o, &cx.api, lesson, &cx.lab, 600) < 0) {
+		rc = 1;
+		goto out;
 	}
-	printf("lab ready: session %s, VM %s\n", cx.sid, cx.vm);
+	printf("lab ready: session %s, VM %s\n", cx.lab.sid, cx.lab.vm);
 	fflush(stdout);
 
 	struct progress pr;
@@ -723,7 +330,7 @@ int cmd_console(struct opts *o)
 					break;
 				}
 				if (phase == 0) {
-					double mbps;
+					double mbps, cpu0 = bridge_cpu_s(bridge_pid);
 					size_t bytes;
 					if (throughput_once(&cx.x, &c, o->mb, &mbps, &bytes) < 0) {
 						fprintf(stderr,
@@ -733,6 +340,11 @@ int cmd_console(struct opts *o)
 						rc = 1;
 					} else {
 						dvec_push(&tp[k], mbps);
+						if (k == P_BRIDGE && bridge_pid > 0 && bytes)
+							dvec_push(
+							    &cpu,
+							    (bridge_cpu_s(bridge_pid) - cpu0) *
+							        1000 / ((double)bytes / 1e6));
 					}
 				} else if (latency_once(&cx.x, &c, o->keys, &lat[k]) < 0) {
 					fprintf(
@@ -784,16 +396,16 @@ int cmd_console(struct opts *o)
 		cJSON *e = jx_add_obj(paths, PATH_NAME[k]);
 		cJSON *arr = jx_add_arr(e, "throughput_mbps_runs");
 		for (size_t i = 0; i < tp[k].n; i++)
-			jx_push(arr, cJSON_CreateNumber(round(tp[k].v[i] * 1000) / 1000));
+			jx_push(arr, cJSON_CreateNumber(bench_round(tp[k].v[i], 3)));
 		if (isfinite(ts.p50))
-			jx_add_num(e, "throughput_mbps_median", round(ts.p50 * 1000) / 1000);
+			jx_add_num(e, "throughput_mbps_median", bench_round(ts.p50, 3));
 		cJSON *l = jx_add_obj(e, "keystroke_rtt_ms");
 		jx_add_num(l, "n", (double)ls.n);
 		if (ls.n) {
-			jx_add_num(l, "p50", round(ls.p50 * 1000) / 1000);
-			jx_add_num(l, "p90", round(ls.p90 * 1000) / 1000);
-			jx_add_num(l, "p99", round(ls.p99 * 1000) / 1000);
-			jx_add_num(l, "max", round(ls.max * 1000) / 1000);
+			jx_add_num(l, "p50", bench_round(ls.p50, 3));
+			jx_add_num(l, "p90", bench_round(ls.p90, 3));
+			jx_add_num(l, "p99", bench_round(ls.p99, 3));
+			jx_add_num(l, "max", bench_round(ls.max, 3));
 		}
 	}
 	for (int k = P_BRIDGE; k < P_COUNT; k++) {
@@ -805,38 +417,35 @@ int cmd_console(struct opts *o)
 		       "p99 %+.3f ms\n",
 		       PATH_NAME[k], ratio, p50[k] - p50[P_DIRECT], p99[k] - p99[P_DIRECT]);
 		snprintf(key, sizeof key, "throughput_ratio_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round(ratio * 1000) / 1000);
+		jx_add_num(root, key, bench_round(ratio, 3));
 		snprintf(key, sizeof key, "added_rtt_p50_ms_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round((p50[k] - p50[P_DIRECT]) * 1000) / 1000);
+		jx_add_num(root, key, bench_round(p50[k] - p50[P_DIRECT], 3));
 		snprintf(key, sizeof key, "added_rtt_p99_ms_%s", PATH_NAME[k]);
-		jx_add_num(root, key, round((p99[k] - p99[P_DIRECT]) * 1000) / 1000);
+		jx_add_num(root, key, bench_round(p99[k] - p99[P_DIRECT], 3));
 	}
+	if (cpu.n) {
+		struct stats cs;
+		stats_compute(cpu.v, cpu.n, &cs);
+		printf("  bridge CPU while relaying: %.1f ms per MB (median), i.e. one core would "
+		       "relay about %.0f MB/s\n",
+		       cs.p50, cs.p50 > 0 ? 1000 / cs.p50 : INFINITY);
+		jx_add_num(root, "bridge_cpu_ms_per_mb", bench_round(cs.p50, 3));
+	}
+	dvec_free(&cpu);
 	printf(
 	    "  (MB/s of console output received, pty and all; RTT = keystroke to its echo. "
 	    "Paths run\n   one after the other on the same lab: a new console kicks the old.)\n");
-	if (bench_mkdirs(o->out_dir) == 0) {
-		char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
-		char *text = jx_print(root);
-		FILE *f = fopen(path, "w");
-		if (f) {
-			fprintf(f, "%s\n", text);
-			if (fclose(f) == 0)
-				printf("\nfigures: %s\n", path);
-		}
-		cJSON_free(text);
-		free(path);
-	}
+	bench_write_figures(o, root);
 	cJSON_Delete(root);
-	if (o->rss && !bench_stop && run_rss(o) < 0)
+	if (o->rss && !bench_stop && console_rss(o, &cx.x, &cx.lab, lesson) < 0)
 		rc = 1;
 out:
-	if (ours && cx.sid[0]) {
-		char *p = xasprintf("/api/sessions/%s", cx.sid);
-		if (bapi_call(&cx.api, "DELETE", p, NULL, NULL) == 200)
-			printf("ended session %s\n", cx.sid);
+	if (cx.lab.ours) {
+		if (bench_helper_end(o, &cx.api, &cx.lab) == 0)
+			printf("ended session %s\n", cx.lab.sid);
 		else
-			fprintf(stderr, "labvm-bench console: ending session %s failed\n", cx.sid);
-		free(p);
+			fprintf(stderr, "labvm-bench console: ending session %s failed\n",
+			        cx.lab.sid);
 	}
 	for (int k = 0; k < P_COUNT; k++) {
 		dvec_free(&tp[k]);

@@ -23,190 +23,6 @@
 #include "bench.h"
 #include "jsonx.h"
 
-static int write_json(const struct opts *o, cJSON *root)
-{
-	if (bench_mkdirs(o->out_dir) < 0)
-		return -1;
-	char *path = xasprintf("%s/%s.json", o->out_dir, o->name);
-	char *text = cJSON_Print(root);
-	FILE *f = fopen(path, "w");
-	int bad = !f || !text;
-	if (f) {
-		bad = bad || fputs(text, f) < 0 || fputc('\n', f) < 0;
-		bad = fclose(f) != 0 || bad;
-	}
-	if (bad)
-		fprintf(stderr, "labvm-bench: writing %s failed\n", path);
-	else
-		printf("\nfigures: %s\n", path);
-	cJSON_free(text);
-	free(path);
-	return bad ? -1 : 0;
-}
-
-static void jnum(cJSON *o, const char *k, double x, double prec)
-{
-	if (isfinite(x))
-		jx_add_num(o, k, round(x / prec) * prec);
-	else
-		jx_add_null(o, k);
-}
-
-static cJSON *stats_obj(const struct stats *s, double prec)
-{
-	cJSON *o = jx_obj();
-	jx_add_num(o, "n", (double)s->n);
-	jnum(o, "min", s->min, prec);
-	jnum(o, "p50", s->p50, prec);
-	jnum(o, "p90", s->p90, prec);
-	jnum(o, "p99", s->p99, prec);
-	jnum(o, "max", s->max, prec);
-	jnum(o, "mean", s->mean, prec);
-	jnum(o, "stdev", s->stdev, prec);
-	return o;
-}
-
-/* ------------------------------------------------------ helper sessions */
-
-struct helper {
-	int uidx;
-	char user[64];
-	char sid[40];
-	int ours; /* started by us: end it afterwards */
-};
-
-/* A ready session for user uidx (started, or the user's open one when it is
- * ready and --end-existing is not given). 0 ok. */
-static int helper_start(const struct opts *o, const char *lesson, struct helper *h, double timeout)
-{
-	struct bapi a;
-	cJSON *body = jx_obj(), *s = NULL;
-	int rc = -1;
-
-	bench_user(o, h->uidx, h->user);
-	if (bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0) {
-		cJSON_Delete(body);
-		return -1;
-	}
-	jx_add_str(body, "lesson", lesson);
-	double t0 = util_mono_s();
-	for (;;) {
-		cJSON_Delete(s);
-		s = NULL;
-		long code = bapi_call(&a, "POST", "/api/sessions", body, &s);
-		if (code == 201) {
-			h->ours = 1;
-			break;
-		}
-		if (code == 409 && kj_str(s, "session.id")) {
-			const char *id = kj_str(s, "session.id");
-			if (o->end_existing) {
-				char *p = xasprintf("/api/sessions/%s", id);
-				bapi_call(&a, "DELETE", p, NULL, NULL);
-				free(p);
-				continue;
-			}
-			/* the user's own open session: use it, leave it open */
-			cJSON *inner = cJSON_DetachItemFromObjectCaseSensitive(s, "session");
-			cJSON_Delete(s);
-			s = inner;
-			break;
-		}
-		if (code == 503 && strcmp(bapi_error_code(s), "capacity_full") == 0 &&
-		    util_mono_s() - t0 < timeout && !bench_sleep(2))
-			continue;
-		fprintf(stderr, "labvm-bench: %s cannot start %s: %ld %s%s\n", h->user, lesson,
-		        code, code ? bapi_error_code(s) : "", code ? "" : a.msg);
-		goto out;
-	}
-	bench_copy(h->sid, sizeof h->sid, kj_str(s, "id"));
-	char *path = xasprintf("/api/sessions/%s", h->sid);
-	while (!bench_stop && util_mono_s() - t0 < timeout) {
-		cJSON *g = NULL;
-		long code = bapi_call(&a, "GET", path, NULL, &g);
-		const char *st = code == 200 ? kj_str(g, "state") : NULL;
-		if (st && strcmp(st, "ready") == 0) {
-			rc = 0;
-			cJSON_Delete(g);
-			break;
-		}
-		if (st && strcmp(st, "starting") != 0) {
-			fprintf(stderr, "labvm-bench: %s's %s session is %s: %s\n", h->user, lesson,
-			        st, kj_str(g, "error") ? kj_str(g, "error") : "");
-			cJSON_Delete(g);
-			break;
-		}
-		cJSON_Delete(g);
-		bench_sleep(0.5);
-	}
-	free(path);
-	if (rc < 0 && h->ours && h->sid[0]) {
-		char *p = xasprintf("/api/sessions/%s", h->sid);
-		bapi_call(&a, "DELETE", p, NULL, NULL);
-		free(p);
-		h->ours = 0;
-	}
-out:
-	cJSON_Delete(s);
-	cJSON_Delete(body);
-	bapi_cleanup(&a);
-	return rc;
-}
-
-struct hstart {
-	const struct opts *o;
-	const char *lesson;
-	struct helper *h;
-	int rc;
-};
-
-static void *helper_thread(void *arg)
-{
-	struct hstart *x = arg;
-	x->rc = helper_start(x->o, x->lesson, x->h, 600);
-	return NULL;
-}
-
-/* all at once: a start takes the lesson's boot time, not n of them */
-static int helpers_start(const struct opts *o, const char *lesson, struct helper *h, int n)
-{
-	struct hstart *x = xcalloc((size_t)n, sizeof *x);
-	pthread_t *th = xcalloc((size_t)n, sizeof *th);
-	int *joined = xcalloc((size_t)n, sizeof *joined);
-	int rc = 0;
-	for (int i = 0; i < n; i++) {
-		x[i] = (struct hstart){o, lesson, &h[i], -1};
-		joined[i] = pthread_create(&th[i], NULL, helper_thread, &x[i]) == 0;
-		if (!joined[i])
-			helper_thread(&x[i]);
-	}
-	for (int i = 0; i < n; i++) {
-		if (joined[i])
-			pthread_join(th[i], NULL);
-		if (x[i].rc != 0)
-			rc = -1;
-	}
-	free(x);
-	free(th);
-	free(joined);
-	return rc;
-}
-
-static void helper_end(const struct opts *o, struct helper *h)
-{
-	struct bapi a;
-	if (!h->ours || !h->sid[0] ||
-	    bapi_init(&a, o->url, h->user, bench_password(o, h->uidx)) < 0)
-		return;
-	char *p = xasprintf("/api/sessions/%s", h->sid);
-	for (int i = 0; i < 3 && bapi_call(&a, "DELETE", p, NULL, NULL) != 200; i++)
-		fprintf(stderr, "labvm-bench: ending %s's session: %s (retrying)\n", h->user,
-		        a.msg[0] ? a.msg : "HTTP error");
-	free(p);
-	bapi_cleanup(&a);
-	h->ours = 0;
-}
-
 /* ------------------------------------------------------------------ api */
 
 struct load {
@@ -340,7 +156,7 @@ int cmd_api(struct opts *o)
 	printf("users %d (each with a ready %s session for \"status\" and \"current\")\n", nh,
 	       lesson);
 	fflush(stdout);
-	if (helpers_start(o, lesson, h, nh) < 0) {
+	if (bench_helpers_start(o, lesson, h, nh) < 0) {
 		rc = 1;
 		goto cleanup;
 	}
@@ -404,15 +220,15 @@ int cmd_api(struct opts *o)
 		jx_add_str(e, "target", TARGETS[k].name);
 		jx_add_str(e, "request", TARGETS[k].shown);
 		jx_add_num(e, "answers", (double)l.lat.n);
-		jnum(e, "req_per_s", rps, 0.1);
+		bench_jnum(e, "req_per_s", rps, 1);
 		jx_add_num(e, "errors", (double)errors);
 		cJSON *sc = jx_add_obj(e, "status_classes");
 		static const char *const cls[6] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
 		for (int i = 0; i < 6; i++)
 			if (l.statuses[i])
 				jx_add_num(sc, cls[i], (double)l.statuses[i]);
-		jx_put(e, "latency_ms", stats_obj(&ls, 0.001));
-		jx_put(e, "app_ms", stats_obj(&as, 0.001));
+		jx_put(e, "latency_ms", bench_stats_json(&ls, 3, 0));
+		jx_put(e, "app_ms", bench_stats_json(&as, 3, 0));
 		jx_push(res, e);
 		dvec_free(&l.lat);
 		dvec_free(&l.app);
@@ -426,12 +242,12 @@ int cmd_api(struct opts *o)
 	       "side\n(request to last byte); app = the answer's Server-Timing (labvm.fcgi's own "
 	       "time).\nerrors = answers other than 200. Load generator, front end, labvm.fcgi and "
 	       "PostgreSQL\nshare this machine's cores.\n");
-	if (write_json(o, root) < 0)
+	if (bench_write_figures(o, root) < 0)
 		rc = 1;
 	cJSON_Delete(root);
 cleanup:
 	for (int i = 0; i < nh; i++)
-		helper_end(o, &h[i]);
+		bench_helper_end(o, NULL, &h[i]);
 	free(h);
 	free(names);
 	free(copyt);
@@ -713,7 +529,7 @@ int cmd_burst(struct opts *o)
 		}
 		cJSON *e = jx_obj();
 		jx_add_num(e, "round", rnd);
-		jnum(e, "burst_s", t_last - t_go, 0.001);
+		bench_jnum(e, "burst_s", t_last - t_go, 3);
 		cJSON *ans = jx_add_arr(e, "answers");
 		for (int j = 0; j < nk; j++) {
 			cJSON *a = jx_obj();
@@ -723,10 +539,10 @@ int cmd_burst(struct opts *o)
 			jx_push(ans, a);
 		}
 		jx_add_num(e, "admitted", admitted);
-		jx_put(e, "latency_ms", stats_obj(&ls, 0.01));
-		jx_put(e, "latency_201_ms", stats_obj(&l201, 0.01));
-		jx_put(e, "app_ms", stats_obj(&as, 0.01));
-		jx_put(e, "kube_ms", stats_obj(&ks, 0.01));
+		jx_put(e, "latency_ms", bench_stats_json(&ls, 2, 0));
+		jx_put(e, "latency_201_ms", bench_stats_json(&l201, 2, 0));
+		jx_put(e, "app_ms", bench_stats_json(&as, 2, 0));
+		jx_put(e, "kube_ms", bench_stats_json(&ks, 2, 0));
 		if (isfinite(capacity))
 			jx_add_num(e, "capacity", capacity);
 		else
@@ -744,7 +560,7 @@ int cmd_burst(struct opts *o)
 			cJSON *series = jx_add_arr(e, "vm_count_series");
 			for (size_t i = 0; i < b.sc.n; i++) {
 				cJSON *pt = jx_arr();
-				jx_push(pt, cJSON_CreateNumber(round(b.st.v[i] * 1000) / 1000));
+				jx_push(pt, cJSON_CreateNumber(bench_round(b.st.v[i], 3)));
 				jx_push(pt, cJSON_CreateNumber(b.sc.v[i]));
 				jx_push(series, pt);
 			}
@@ -761,7 +577,7 @@ int cmd_burst(struct opts *o)
 				continue;
 			bench_copy(h.user, sizeof h.user, t[i].user);
 			bench_copy(h.sid, sizeof h.sid, t[i].sid);
-			helper_end(o, &h);
+			bench_helper_end(o, NULL, &h);
 			ended++;
 		}
 		printf("  ended the %d session(s) it started\n", ended);
@@ -789,7 +605,7 @@ int cmd_burst(struct opts *o)
 	dvec_free(&all_p99);
 	if (worst_overshoot != LONG_MIN)
 		jx_add_num(root, "worst_overshoot", (double)worst_overshoot);
-	if (write_json(o, root) < 0)
+	if (bench_write_figures(o, root) < 0)
 		rc = 1;
 	cJSON_Delete(root);
 	if (bench_stop)

@@ -5,10 +5,10 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,133 +20,134 @@ volatile sig_atomic_t bench_stop;
 
 /* ------------------------------------------------------------- options */
 
-enum {
-	O_URL = 1000,
-	O_CONSOLE_URL,
-	O_KUBE_URL,
-	O_KUBE_TOKEN_FILE,
-	O_KUBE_CA,
-	O_NAMESPACE,
-	O_LABEL_PREFIX,
-	O_DATABASE,
-	O_ENVIRONMENT,
-	O_USER_FORMAT,
-	O_FIRST,
-	O_USER_COUNT,
-	O_USERS_FILE,
-	O_PASSWORD_FILE,
-	O_OUT,
-	O_NAME,
-	O_QUIET,
-	O_LESSONS,
-	O_N,
-	O_CONCURRENCY,
-	O_POLL,
-	O_TIMEOUT,
-	O_RETRY_WAIT,
-	O_ADMISSION_TIMEOUT,
-	O_END_EXISTING,
-	O_SIM_PROFILE,
-	O_TIME_SCALE,
-	O_SINCE,
-	O_UNTIL,
-	O_DURATION,
-	O_WARMUP,
-	O_CONNECTIONS,
-	O_TARGETS,
-	O_SESSIONS,
-	O_LESSON,
-	O_USERS,
-	O_CAPACITY,
-	O_SAMPLE_MS,
-	O_ROUNDS,
-	O_SETTLE,
-	O_RUNS,
-	O_MB,
-	O_KEYS,
-	O_PATHS,
-	O_RSS,
-	O_IN,
-	O_ENV,
-	O_HELP,
-};
-
 #define ALL                                                                                        \
 	(CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
 #define HTTP (CMD_READINESS | CMD_API | CMD_BURST | CMD_CONSOLE)
 #define KUBE (CMD_READINESS | CMD_BURST | CMD_CONSOLE)
 #define RSET (CMD_READINESS | CMD_REPORT | CMD_PLOT)
 
+/* How an option's value is stored in struct opts. */
+enum opt_type {
+	T_STR,    /* char *, copied */
+	T_SECRET, /* char *, copied; wiped when freed */
+	T_INT,    /* int, a whole number in [min, max] */
+	T_NUM,    /* double in [min, max] */
+	T_FLAG,   /* int, set to 1; no value */
+	T_FILE,   /* char *, the file named, trailing blanks cut; its env default is the value
+	           * itself (a secret: wiped when freed) */
+	T_ENV,    /* --env: read before the defaults (see env_defaults) */
+	T_HELP,   /* --help */
+};
+
+/* One option: its flag, where it goes, its default (the environment variable
+ * first, then def), the subcommands it applies to and its --help line. The
+ * table's order is the order of --help. */
 struct optdef {
 	const char *name;
-	int has_arg;
-	int id;
+	enum opt_type type;
+	size_t off;
+	const char *env; /* default from this environment variable, when set and not empty */
+	const char *def; /* otherwise this (NULL: none) */
+	double min, max; /* T_INT, T_NUM */
 	unsigned cmds;
 	const char *arg;
 	const char *help;
 };
 
+#define F(field) offsetof(struct opts, field)
+
 static const struct optdef OPTS[] = {
-    {"env", 1, O_ENV, ALL & ~CMD_SELFTEST & ~CMD_PLOT, "FILE",
+    {"env", T_ENV, 0, NULL, NULL, 0, 0, ALL & ~CMD_SELFTEST & ~CMD_PLOT, "FILE",
      "a stack's env file for the defaults below [.demo/env when LABVM_URL is unset]"},
-    {"url", 1, O_URL, HTTP, "URL", "front end base URL [$LABVM_URL]"},
-    {"users-file", 1, O_USERS_FILE, HTTP, "FILE",
+    {"url", T_STR, F(url), "LABVM_URL", NULL, 0, 0, HTTP, "URL", "front end base URL [$LABVM_URL]"},
+    {"users-file", T_STR, F(users_file), NULL, NULL, 0, 0, HTTP, "FILE",
      "\"user:password\" lines (instead of the next four)"},
-    {"user-format", 1, O_USER_FORMAT, HTTP, "FMT", "user names, one %d [student%d]"},
-    {"first", 1, O_FIRST, HTTP, "N", "first user number [1]"},
-    {"user-count", 1, O_USER_COUNT, HTTP, "N", "users from --first on [200]"},
-    {"password-file", 1, O_PASSWORD_FILE, HTTP, "FILE", "the users' password [$LABVM_PASSWORD]"},
-    {"kube-url", 1, O_KUBE_URL, KUBE, "URL", "cluster API, read access [$LABVM_KUBE_URL]"},
-    {"kube-token-file", 1, O_KUBE_TOKEN_FILE, KUBE, "FILE",
-     "bearer token [$LABVM_KUBE_ADMIN_TOKEN_FILE]"},
-    {"kube-ca", 1, O_KUBE_CA, KUBE, "FILE", "cluster CA [$LABVM_KUBE_CA]"},
-    {"namespace", 1, O_NAMESPACE, KUBE, "NS", "lab namespace [$LABVM_NAMESPACE or labs]"},
-    {"label-prefix", 1, O_LABEL_PREFIX, KUBE, "P", "label prefix [labvm.io]"},
-    {"console-url", 1, O_CONSOLE_URL, CMD_CONSOLE, "URL", "the bridge itself [$LABVM_CONSOLE_URL]"},
-    {"database", 1, O_DATABASE, CMD_REPORT, "CONNINFO", "libpq conninfo [$LABVM_DATABASE]"},
-    {"environment", 1, O_ENVIRONMENT, CMD_REPORT, "ENV",
+    {"user-format", T_STR, F(user_format), NULL, "student%d", 0, 0, HTTP, "FMT",
+     "user names, one %d [student%d]"},
+    {"first", T_INT, F(first), NULL, "1", 0, 1000000000, HTTP, "N", "first user number [1]"},
+    {"user-count", T_INT, F(user_count), NULL, "200", 1, 1000000, HTTP, "N",
+     "users from --first on [200]"},
+    {"password-file", T_FILE, F(password), "LABVM_PASSWORD", NULL, 0, 0, HTTP, "FILE",
+     "the users' password [$LABVM_PASSWORD]"},
+    {"kube-url", T_STR, F(kube_url), "LABVM_KUBE_URL", NULL, 0, 0, KUBE, "URL",
+     "cluster API, read access [$LABVM_KUBE_URL]"},
+    {"kube-token-file", T_STR, F(kube_token_file), "LABVM_KUBE_ADMIN_TOKEN_FILE", NULL, 0, 0, KUBE,
+     "FILE", "bearer token [$LABVM_KUBE_ADMIN_TOKEN_FILE]"},
+    {"kube-ca", T_STR, F(kube_ca), "LABVM_KUBE_CA", NULL, 0, 0, KUBE, "FILE",
+     "cluster CA [$LABVM_KUBE_CA]"},
+    {"namespace", T_STR, F(namespace_), "LABVM_NAMESPACE", "labs", 0, 0, KUBE, "NS",
+     "lab namespace [$LABVM_NAMESPACE or labs]"},
+    {"label-prefix", T_STR, F(label_prefix), NULL, "labvm.io", 0, 0, KUBE, "P",
+     "label prefix [labvm.io]"},
+    {"console-url", T_STR, F(console_url), "LABVM_CONSOLE_URL", NULL, 0, 0, CMD_CONSOLE, "URL",
+     "the bridge itself [$LABVM_CONSOLE_URL]"},
+    {"database", T_SECRET, F(database), "LABVM_DATABASE", NULL, 0, 0, CMD_REPORT, "CONNINFO",
+     "libpq conninfo [$LABVM_DATABASE]"},
+    {"environment", T_STR, F(environment), "LABVM_ENVIRONMENT", NULL, 0, 0, CMD_REPORT, "ENV",
      "sessions of this environment [$LABVM_ENVIRONMENT]"},
-    {"out", 1, O_OUT, RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST, "DIR",
+    {"out", T_STR, F(out_dir), NULL, "labvm-bench-out", 0, 0,
+     RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST, "DIR",
      "output folder [labvm-bench-out]"},
-    {"name", 1, O_NAME, RSET | CMD_API | CMD_BURST | CMD_CONSOLE, "STEM",
+    {"name", T_STR, F(name), NULL, NULL, 0, 0, RSET | CMD_API | CMD_BURST | CMD_CONSOLE, "STEM",
      "output file stem [the subcommand]"},
-    {"quiet", 0, O_QUIET, ALL, NULL, "no live progress line"},
-    {"lessons", 1, O_LESSONS, RSET, "A,B", "lessons (readiness: interleaved; report: filter)"},
-    {"n", 1, O_N, CMD_READINESS, "N", "sessions per lesson [10]"},
-    {"concurrency", 1, O_CONCURRENCY, CMD_READINESS, "C", "sessions starting at once [4]"},
-    {"poll", 1, O_POLL, CMD_READINESS, "S", "poll interval, like the page [1.0]"},
-    {"timeout", 1, O_TIMEOUT, CMD_READINESS, "S", "give up on a session after [1200]"},
-    {"retry-wait", 1, O_RETRY_WAIT, CMD_READINESS, "S",
+    {"quiet", T_FLAG, F(quiet), NULL, NULL, 0, 0, ALL, NULL, "no live progress line"},
+    {"lessons", T_STR, F(lessons_arg), NULL, NULL, 0, 0, RSET, "A,B",
+     "lessons (readiness: interleaved; report: filter)"},
+    {"n", T_INT, F(n), NULL, "10", 1, 100000, CMD_READINESS, "N", "sessions per lesson [10]"},
+    {"concurrency", T_INT, F(concurrency), NULL, "4", 1, 1000, CMD_READINESS, "C",
+     "sessions starting at once [4]"},
+    {"poll", T_NUM, F(poll_s), NULL, "1.0", 0.01, 60, CMD_READINESS, "S",
+     "poll interval, like the page [1.0]"},
+    {"timeout", T_NUM, F(timeout_s), NULL, "1200", 1, 86400, CMD_READINESS, "S",
+     "give up on a session after [1200]"},
+    {"retry-wait", T_NUM, F(retry_wait_s), NULL, "2", 0.01, 600, CMD_READINESS, "S",
      "wait after capacity_full, at most Retry-After [2]"},
-    {"admission-timeout", 1, O_ADMISSION_TIMEOUT, CMD_READINESS, "S",
+    {"admission-timeout", T_NUM, F(admission_timeout_s), NULL, "900", 0, 86400, CMD_READINESS, "S",
      "give up waiting for capacity [900]"},
-    {"end-existing", 0, O_END_EXISTING, CMD_READINESS | CMD_CONSOLE | CMD_API, NULL,
-     "end a bench user's open session first"},
-    {"sim-profile", 1, O_SIM_PROFILE, CMD_READINESS, "NAME",
+    {"end-existing", T_FLAG, F(end_existing), NULL, NULL, 0, 0,
+     CMD_READINESS | CMD_CONSOLE | CMD_API, NULL, "end a bench user's open session first"},
+    {"sim-profile", T_STR, F(sim_profile), NULL, NULL, 0, 0, CMD_READINESS, "NAME",
      "simulator only: delay profile for the run, restored after"},
-    {"time-scale", 1, O_TIME_SCALE, CMD_READINESS, "F", "simulator only: with --sim-profile [1.0]"},
-    {"since", 1, O_SINCE, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [24h]"},
-    {"until", 1, O_UNTIL, CMD_REPORT, "T", "RFC 3339 time or 30m/24h/7d ago [now]"},
-    {"duration", 1, O_DURATION, CMD_API, "S", "seconds per target [10]"},
-    {"warmup", 1, O_WARMUP, CMD_API, "S", "not counted, before each target [1]"},
-    {"connections", 1, O_CONNECTIONS, CMD_API, "C", "keep-alive connections [16]"},
-    {"targets", 1, O_TARGETS, CMD_API, "LIST", "status,lessons,current,healthz [status,lessons]"},
-    {"sessions", 1, O_SESSIONS, CMD_API, "N", "ready sessions polled by \"status\" [2]"},
-    {"lesson", 1, O_LESSON, CMD_API | CMD_BURST | CMD_CONSOLE, "ID",
+    {"time-scale", T_NUM, F(sim_time_scale), NULL, "1.0", 0.001, 1000, CMD_READINESS, "F",
+     "simulator only: with --sim-profile [1.0]"},
+    {"since", T_STR, F(since), NULL, "24h", 0, 0, CMD_REPORT, "T",
+     "RFC 3339 time or 30m/24h/7d ago [24h]"},
+    {"until", T_STR, F(until), NULL, NULL, 0, 0, CMD_REPORT, "T",
+     "RFC 3339 time or 30m/24h/7d ago [now]"},
+    {"duration", T_NUM, F(duration_s), NULL, "10", 0.1, 86400, CMD_API, "S",
+     "seconds per target [10]"},
+    {"warmup", T_NUM, F(warmup_s), NULL, "1", 0, 3600, CMD_API, "S",
+     "not counted, before each target [1]"},
+    {"connections", T_INT, F(connections), NULL, "16", 1, 1000, CMD_API, "C",
+     "keep-alive connections [16]"},
+    {"targets", T_STR, F(targets), NULL, "status,lessons", 0, 0, CMD_API, "LIST",
+     "status,lessons,current,healthz [status,lessons]"},
+    {"sessions", T_INT, F(sessions), NULL, "2", 1, 1000, CMD_API, "N",
+     "ready sessions polled by \"status\" [2]"},
+    {"lesson", T_STR, F(lesson), NULL, NULL, 0, 0, CMD_API | CMD_BURST | CMD_CONSOLE, "ID",
      "lesson of the sessions [debian-golden; console: linux-basics]"},
-    {"users", 1, O_USERS, CMD_BURST, "M", "users pressing start at once [200]"},
-    {"capacity", 1, O_CAPACITY, CMD_BURST, "C",
+    {"users", T_INT, F(users), NULL, "200", 1, 100000, CMD_BURST, "M",
+     "users pressing start at once [200]"},
+    {"capacity", T_INT, F(capacity), NULL, NULL, 1, 100000, CMD_BURST, "C",
      "expected vm_capacity [the server's capacity_full answers]"},
-    {"sample-ms", 1, O_SAMPLE_MS, CMD_BURST, "MS", "VM count sampling period [20]"},
-    {"rounds", 1, O_ROUNDS, CMD_BURST, "R", "bursts, one after the other [1]"},
-    {"settle", 1, O_SETTLE, CMD_BURST, "S", "keep sampling after the last answer [3]"},
-    {"runs", 1, O_RUNS, CMD_CONSOLE, "N", "interleaved runs per path [3]"},
-    {"mb", 1, O_MB, CMD_CONSOLE, "MB", "console output per throughput run [10]"},
-    {"keys", 1, O_KEYS, CMD_CONSOLE, "N", "keystrokes per latency run [100]"},
-    {"paths", 1, O_PATHS, CMD_CONSOLE, "LIST", "direct,bridge,frontend [all three]"},
-    {"rss", 0, O_RSS, CMD_CONSOLE, NULL, "also benchmarks/console-bench.py --only rss"},
-    {"in", 1, O_IN, CMD_PLOT, "F.json,..", "readiness or report JSON files (merged)"},
-    {"help", 0, O_HELP, ALL, NULL, "this text"},
+    {"sample-ms", T_NUM, F(sample_ms), NULL, "20", 1, 10000, CMD_BURST, "MS",
+     "VM count sampling period [20]"},
+    {"rounds", T_INT, F(rounds), NULL, "1", 1, 1000, CMD_BURST, "R",
+     "bursts, one after the other [1]"},
+    {"settle", T_NUM, F(settle_s), NULL, "3", 0, 600, CMD_BURST, "S",
+     "keep sampling after the last answer [3]"},
+    {"runs", T_INT, F(runs), NULL, "3", 1, 1000, CMD_CONSOLE, "N", "interleaved runs per path [3]"},
+    {"mb", T_INT, F(mb), NULL, "10", 1, 10000, CMD_CONSOLE, "MB",
+     "console output per throughput run [10]"},
+    {"keys", T_INT, F(keys), NULL, "100", 1, 100000, CMD_CONSOLE, "N",
+     "keystrokes per latency run [100]"},
+    {"paths", T_STR, F(paths), NULL, "direct,bridge,frontend", 0, 0, CMD_CONSOLE, "LIST",
+     "direct,bridge,frontend [all three]"},
+    {"rss", T_FLAG, F(rss), NULL, NULL, 0, 0, CMD_CONSOLE, NULL,
+     "also the bridge's memory with 1,000 consoles"},
+    {"in", T_STR, F(in), NULL, NULL, 0, 0, CMD_PLOT, "F.json,..",
+     "readiness or report JSON files (merged)"},
+    {"help", T_HELP, 0, NULL, NULL, 0, 0, ALL, NULL, "this text"},
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -196,12 +197,6 @@ static void usage(FILE *f, int cmd_index)
 		         OPTS[i].arg ? OPTS[i].arg : "");
 		fprintf(f, "  %-26s %s\n", left, OPTS[i].help);
 	}
-}
-
-static char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-	return v && *v ? xstrdup(v) : def ? xstrdup(def) : NULL;
 }
 
 static int num_arg(const char *opt, const char *v, double min, double max, double *out)
@@ -309,50 +304,70 @@ static void env_defaults(int argc, char **argv)
 		load_env_file(getenv("LABVM_ENV_FILE") ? getenv("LABVM_ENV_FILE") : ".demo/env", 0);
 }
 
-static void defaults(struct opts *o)
+static char **str_slot(struct opts *o, const struct optdef *d)
 {
-	o->url = env_or("LABVM_URL", NULL);
-	o->console_url = env_or("LABVM_CONSOLE_URL", NULL);
-	o->kube_url = env_or("LABVM_KUBE_URL", NULL);
-	o->kube_token_file = env_or("LABVM_KUBE_ADMIN_TOKEN_FILE", NULL);
-	o->kube_ca = env_or("LABVM_KUBE_CA", NULL);
-	o->namespace_ = env_or("LABVM_NAMESPACE", "labs");
-	o->label_prefix = xstrdup("labvm.io");
-	o->database = env_or("LABVM_DATABASE", NULL);
-	o->environment = env_or("LABVM_ENVIRONMENT", NULL);
-	o->user_format = xstrdup("student%d");
-	o->first = 1;
-	o->user_count = 200;
-	o->password = env_or("LABVM_PASSWORD", NULL);
-	o->out_dir = xstrdup("labvm-bench-out");
-	o->n = 10;
-	o->concurrency = 4;
-	o->poll_s = 1.0;
-	o->timeout_s = 1200;
-	o->retry_wait_s = 2;
-	o->admission_timeout_s = 900;
-	o->sim_time_scale = 1.0;
-	o->since = xstrdup("24h");
-	o->duration_s = 10;
-	o->warmup_s = 1;
-	o->connections = 16;
-	o->targets = xstrdup("status,lessons");
-	o->sessions = 2;
-	o->users = 200;
-	o->capacity = 0;
-	o->sample_ms = 20;
-	o->rounds = 1;
-	o->settle_s = 3;
-	o->runs = 3;
-	o->mb = 10;
-	o->keys = 100;
-	o->paths = xstrdup("direct,bridge,frontend");
+	return (char **)(void *)((char *)o + d->off);
 }
 
-static void set_str(char **dst, const char *v)
+static void set_str(struct opts *o, const struct optdef *d, char *v)
 {
-	free(*dst);
-	*dst = xstrdup(v);
+	char **p = str_slot(o, d);
+	if (*p && (d->type == T_SECRET || d->type == T_FILE))
+		explicit_bzero(*p, strlen(*p));
+	free(*p);
+	*p = v;
+}
+
+/* One value for option d: from the command line (v) or a default. */
+static int set_opt(struct opts *o, const struct optdef *d, const char *v, int from_file)
+{
+	void *slot = (char *)o + d->off;
+	double x;
+	int i;
+	switch (d->type) {
+	case T_STR:
+	case T_SECRET:
+		set_str(o, d, xstrdup(v));
+		return 0;
+	case T_FILE:
+		if (from_file) {
+			char *p = read_secret_file(v);
+			if (!p)
+				return -1;
+			set_str(o, d, p);
+		} else {
+			set_str(o, d, xstrdup(v));
+		}
+		return 0;
+	case T_INT:
+		if (int_arg(d->name, v, (int)d->min, (int)d->max, &i) < 0)
+			return -1;
+		*(int *)slot = i;
+		return 0;
+	case T_NUM:
+		if (num_arg(d->name, v, d->min, d->max, &x) < 0)
+			return -1;
+		*(double *)slot = x;
+		return 0;
+	case T_FLAG:
+		*(int *)slot = 1;
+		return 0;
+	case T_ENV: /* read before the defaults: see env_defaults */
+	case T_HELP:
+		return 0;
+	}
+	return -1;
+}
+
+/* Every option's default: its environment variable when set, else def. */
+static void defaults(struct opts *o)
+{
+	for (size_t i = 0; i < NOPTS; i++) {
+		const char *e = OPTS[i].env ? getenv(OPTS[i].env) : NULL;
+		const char *v = e && *e ? e : OPTS[i].def;
+		if (v && set_opt(o, &OPTS[i], v, 0) < 0)
+			abort(); /* a default outside its own bounds: the table is wrong */
+	}
 }
 
 static int parse(struct opts *o, int ci, int argc, char **argv)
@@ -360,9 +375,10 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 	struct option lo[NOPTS + 1];
 	memset(lo, 0, sizeof lo);
 	for (size_t i = 0; i < NOPTS; i++) {
+		int flag = OPTS[i].type == T_FLAG || OPTS[i].type == T_HELP;
 		lo[i].name = OPTS[i].name;
-		lo[i].has_arg = OPTS[i].has_arg ? required_argument : no_argument;
-		lo[i].val = OPTS[i].id;
+		lo[i].has_arg = flag ? no_argument : required_argument;
+		lo[i].val = 1000 + (int)i;
 	}
 	optind = 1;
 	opterr = 0;
@@ -371,176 +387,22 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 		int c = getopt_long(argc, argv, "", lo, &li);
 		if (c == -1)
 			break;
-		if (c == '?' || c == ':') {
+		if (c < 1000 || c >= 1000 + (int)NOPTS) {
 			fprintf(stderr, "labvm-bench %s: unknown option or missing value: %s\n",
 			        o->cmd_name, argv[optind - 1]);
 			return -1;
 		}
-		const struct optdef *d = NULL;
-		for (size_t i = 0; i < NOPTS; i++)
-			if (OPTS[i].id == c)
-				d = &OPTS[i];
-		if (!d || !(d->cmds & o->cmd)) {
+		const struct optdef *d = &OPTS[c - 1000];
+		if (!(d->cmds & o->cmd)) {
 			fprintf(stderr, "labvm-bench %s: --%s does not apply here\n", o->cmd_name,
-			        d ? d->name : "?");
+			        d->name);
 			return -1;
 		}
-		const char *v = optarg;
-		double x;
-		int rc = 0;
-		switch (c) {
-		case O_URL:
-			set_str(&o->url, v);
-			break;
-		case O_CONSOLE_URL:
-			set_str(&o->console_url, v);
-			break;
-		case O_KUBE_URL:
-			set_str(&o->kube_url, v);
-			break;
-		case O_KUBE_TOKEN_FILE:
-			set_str(&o->kube_token_file, v);
-			break;
-		case O_KUBE_CA:
-			set_str(&o->kube_ca, v);
-			break;
-		case O_NAMESPACE:
-			set_str(&o->namespace_, v);
-			break;
-		case O_LABEL_PREFIX:
-			set_str(&o->label_prefix, v);
-			break;
-		case O_DATABASE:
-			set_str(&o->database, v);
-			break;
-		case O_ENVIRONMENT:
-			set_str(&o->environment, v);
-			break;
-		case O_USER_FORMAT:
-			set_str(&o->user_format, v);
-			break;
-		case O_FIRST:
-			rc = int_arg(d->name, v, 0, 1000000000, &o->first);
-			break;
-		case O_USER_COUNT:
-			rc = int_arg(d->name, v, 1, 1000000, &o->user_count);
-			break;
-		case O_USERS_FILE:
-			set_str(&o->users_file, v);
-			break;
-		case O_PASSWORD_FILE: {
-			char *p = read_secret_file(v);
-			if (!p)
-				return -1;
-			free(o->password);
-			o->password = p;
-			break;
-		}
-		case O_OUT:
-			set_str(&o->out_dir, v);
-			break;
-		case O_NAME:
-			set_str(&o->name, v);
-			break;
-		case O_QUIET:
-			o->quiet = 1;
-			break;
-		case O_LESSONS:
-			set_str(&o->lessons_arg, v);
-			break;
-		case O_N:
-			rc = int_arg(d->name, v, 1, 100000, &o->n);
-			break;
-		case O_CONCURRENCY:
-			rc = int_arg(d->name, v, 1, 1000, &o->concurrency);
-			break;
-		case O_POLL:
-			rc = num_arg(d->name, v, 0.01, 60, &o->poll_s);
-			break;
-		case O_TIMEOUT:
-			rc = num_arg(d->name, v, 1, 86400, &o->timeout_s);
-			break;
-		case O_RETRY_WAIT:
-			rc = num_arg(d->name, v, 0.01, 600, &o->retry_wait_s);
-			break;
-		case O_ADMISSION_TIMEOUT:
-			rc = num_arg(d->name, v, 0, 86400, &o->admission_timeout_s);
-			break;
-		case O_END_EXISTING:
-			o->end_existing = 1;
-			break;
-		case O_SIM_PROFILE:
-			set_str(&o->sim_profile, v);
-			break;
-		case O_TIME_SCALE:
-			rc = num_arg(d->name, v, 0.001, 1000, &o->sim_time_scale);
-			break;
-		case O_SINCE:
-			set_str(&o->since, v);
-			break;
-		case O_UNTIL:
-			set_str(&o->until, v);
-			break;
-		case O_DURATION:
-			rc = num_arg(d->name, v, 0.1, 86400, &o->duration_s);
-			break;
-		case O_WARMUP:
-			rc = num_arg(d->name, v, 0, 3600, &o->warmup_s);
-			break;
-		case O_CONNECTIONS:
-			rc = int_arg(d->name, v, 1, 1000, &o->connections);
-			break;
-		case O_TARGETS:
-			set_str(&o->targets, v);
-			break;
-		case O_SESSIONS:
-			rc = int_arg(d->name, v, 1, 1000, &o->sessions);
-			break;
-		case O_LESSON:
-			set_str(&o->lesson, v);
-			break;
-		case O_USERS:
-			rc = int_arg(d->name, v, 1, 100000, &o->users);
-			break;
-		case O_CAPACITY:
-			rc = int_arg(d->name, v, 1, 100000, &o->capacity);
-			break;
-		case O_SAMPLE_MS:
-			rc = num_arg(d->name, v, 1, 10000, &o->sample_ms);
-			break;
-		case O_ROUNDS:
-			rc = int_arg(d->name, v, 1, 1000, &o->rounds);
-			break;
-		case O_SETTLE:
-			rc = num_arg(d->name, v, 0, 600, &x), o->settle_s = x;
-			break;
-		case O_RUNS:
-			rc = int_arg(d->name, v, 1, 1000, &o->runs);
-			break;
-		case O_MB:
-			rc = int_arg(d->name, v, 1, 10000, &o->mb);
-			break;
-		case O_KEYS:
-			rc = int_arg(d->name, v, 1, 100000, &o->keys);
-			break;
-		case O_PATHS:
-			set_str(&o->paths, v);
-			break;
-		case O_RSS:
-			o->rss = 1;
-			break;
-		case O_IN:
-			set_str(&o->in, v);
-			break;
-		case O_ENV:
-			break; /* read before the defaults: see load_env_file */
-		case O_HELP:
+		if (d->type == T_HELP) {
 			usage(stdout, ci);
 			exit(0);
-		default:
-			return -1;
 		}
-		if (rc < 0)
+		if (set_opt(o, d, optarg, 1) < 0)
 			return -1;
 	}
 	if (optind < argc) {
@@ -557,23 +419,9 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 
 static void opts_free(struct opts *o)
 {
-	char **strs[] = {&o->url,         &o->console_url, &o->kube_url,     &o->kube_token_file,
-	                 &o->kube_ca,     &o->namespace_,  &o->label_prefix, &o->environment,
-	                 &o->user_format, &o->users_file,  &o->out_dir,      &o->name,
-	                 &o->lessons_arg, &o->sim_profile, &o->since,        &o->until,
-	                 &o->targets,     &o->lesson,      &o->paths,        &o->in};
-	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-		free(*strs[i]);
-		*strs[i] = NULL;
-	}
-	if (o->password) {
-		explicit_bzero(o->password, strlen(o->password));
-		free(o->password);
-	}
-	if (o->database) {
-		explicit_bzero(o->database, strlen(o->database));
-		free(o->database);
-	}
+	for (size_t i = 0; i < NOPTS; i++)
+		if (OPTS[i].type == T_STR || OPTS[i].type == T_SECRET || OPTS[i].type == T_FILE)
+			set_str(o, &OPTS[i], NULL);
 	for (int i = 0; i < o->nlessons; i++)
 		free(o->lessons[i]);
 	free(o->lessons);
@@ -857,27 +705,6 @@ void bench_copy(char *dst, size_t n, const char *src)
 	if (l)
 		memcpy(dst, src, l);
 	dst[l] = '\0';
-}
-
-int bench_mkdirs(const char *dir)
-{
-	char *p = xstrdup(dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			goto fail;
-		*s = '/';
-	}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		goto fail;
-	free(p);
-	return 0;
-fail:
-	fprintf(stderr, "labvm-bench: cannot create %s: %s\n", p, strerror(errno));
-	free(p);
-	return -1;
 }
 
 /* ----------------------------------------------------------------- main */

@@ -317,10 +317,7 @@ static int write_csv(const struct rset *r, const char *path)
 
 static void jnum(cJSON *o, const char *k, double x)
 {
-	if (isfinite(x))
-		jx_add_num(o, k, round(x * 1e6) / 1e6);
-	else
-		jx_add_null(o, k);
+	bench_jnum(o, k, x, 6);
 }
 
 static void jstr(cJSON *o, const char *k, const char *v)
@@ -328,23 +325,7 @@ static void jstr(cJSON *o, const char *k, const char *v)
 	jx_add_str(o, k, v && *v ? v : NULL);
 }
 
-static cJSON *stats_json(const struct stats *st)
-{
-	cJSON *o = jx_obj();
-	jx_add_num(o, "n", (double)st->n);
-	jnum(o, "min", st->min);
-	jnum(o, "p25", st->p25);
-	jnum(o, "p50", st->p50);
-	jnum(o, "p75", st->p75);
-	jnum(o, "p90", st->p90);
-	jnum(o, "p99", st->p99);
-	jnum(o, "max", st->max);
-	jnum(o, "mean", st->mean);
-	jnum(o, "stdev", st->stdev);
-	return o;
-}
-
-static char *rset_json(const struct rset *r)
+static cJSON *rset_json(const struct rset *r)
 {
 	cJSON *root = jx_obj();
 	jx_put(root, "meta", r->meta ? cJSON_Duplicate(r->meta, 1) : jx_obj());
@@ -383,7 +364,7 @@ static char *rset_json(const struct rset *r)
 		jstr(e, "fail_stages", g->fail_stages);
 		cJSON *st = jx_add_obj(e, "stats");
 		for (int k = 0; k < M_COUNT; k++)
-			jx_put(st, bench_metrics[k].key, stats_json(&g->st[k]));
+			jx_put(st, bench_metrics[k].key, bench_stats_json(&g->st[k], 6, 1));
 		jx_push(groups, e);
 	}
 	cJSON *samples = jx_add_arr(root, "samples");
@@ -418,11 +399,7 @@ static char *rset_json(const struct rset *r)
 		jstr(e, "error", s->error);
 		jx_push(samples, e);
 	}
-	char *out = cJSON_Print(root);
-	cJSON_Delete(root);
-	if (!out)
-		abort();
-	return out;
+	return root;
 }
 
 int rset_write(const struct rset *r, const char *dir, const char *stem, const char *title)
@@ -431,7 +408,6 @@ int rset_write(const struct rset *r, const char *dir, const char *stem, const ch
 	char *json = xasprintf("%s/%s.json", dir, stem);
 	char *svg = xasprintf("%s/%s.svg", dir, stem);
 	int rc = -1;
-	FILE *f;
 
 	if (bench_mkdirs(dir) < 0)
 		goto out;
@@ -439,18 +415,11 @@ int rset_write(const struct rset *r, const char *dir, const char *stem, const ch
 		fprintf(stderr, "labvm-bench: writing %s: %s\n", csv, strerror(errno));
 		goto out;
 	}
-	char *text = rset_json(r);
-	f = fopen(json, "w");
-	int bad = !f;
-	if (f) {
-		bad = fputs(text, f) < 0 || fputc('\n', f) < 0;
-		bad = fclose(f) != 0 || bad;
-	}
-	cJSON_free(text);
-	if (bad) {
-		fprintf(stderr, "labvm-bench: writing %s: %s\n", json, strerror(errno));
+	cJSON *root = rset_json(r);
+	int bad = bench_write_json(json, root);
+	cJSON_Delete(root);
+	if (bad)
 		goto out;
-	}
 	if (svg_write_rset(r, svg, title) < 0) {
 		fprintf(stderr, "labvm-bench: writing %s: %s\n", svg, strerror(errno));
 		goto out;
