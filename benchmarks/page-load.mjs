@@ -44,7 +44,7 @@ function envFile() {
 }
 
 function parseArgs() {
-  const a = { urls: [], runs: 3, user: 'student190', json: null };
+  const a = { urls: [], runs: 3, user: 'student199', json: null };
   const v = process.argv.slice(2);
   for (let i = 0; i < v.length; i++) {
     if (v[i] === '--url') a.urls.push(v[++i]);
