@@ -11,7 +11,10 @@
  *     the lesson list) and the time from navigation to the lesson list's
  *     first Start button, with an empty cache;
  *   - repeat load: the same with the cache of the first load (a student
- *     coming back).
+ *     coming back);
+ *   - terminal: bytes and time for what the terminal needs (xterm.js, its
+ *     CSS, the fit addon, through vendor/manifest.json where there is one),
+ *     fetched by the page after the first load, with an empty cache.
  * URLs default to LABVM_LIGHTTPD_URL and LABVM_APACHE_URL (else LABVM_URL),
  * then to .check/env or .demo/env. A figure for the closing note of an
  * issue, not a test: nothing is asserted.
@@ -64,12 +67,11 @@ function parseArgs() {
 }
 
 /* One load in a page whose CDP session throttles it; returns bytes, time, requests. */
-async function load(ctx, url, cold) {
+async function load(ctx, url, terminal) {
   const page = await ctx.newPage();
   const cdp = await ctx.newCDPSession(page);
   await cdp.send('Network.enable');
   await cdp.send('Network.emulateNetworkConditions', LINK);
-  await cdp.send('Network.setCacheDisabled', { cacheDisabled: cold });
   const reqs = new Map();
   cdp.on('Network.requestWillBeSent', (e) => reqs.set(e.requestId, { url: e.request.url, bytes: 0, status: 0, cached: false }));
   cdp.on('Network.responseReceived', (e) => {
@@ -84,8 +86,23 @@ async function load(ctx, url, cold) {
   await new Promise((r) => setTimeout(r, 300));   // the last loadingFinished events
   const list = [...reqs.values()];
   const bytes = list.reduce((n, r) => n + r.bytes, 0);
+  let term = null;
+  if (terminal) {
+    const n0 = reqs.size;
+    const t = await page.evaluate(async () => {
+      const t0 = performance.now();
+      let urls = ['/vendor/xterm.js', '/vendor/xterm.css'];
+      const m = await fetch('/vendor/manifest.json', { cache: 'no-store' });
+      if (m.ok) urls = Object.values(await m.json());
+      await Promise.all(urls.map((u) => fetch(u, { cache: 'no-store' }).then((r) => r.arrayBuffer())));
+      return performance.now() - t0;
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    const more = [...reqs.values()].slice(n0);
+    term = { ms: t, bytes: more.reduce((n, r) => n + r.bytes, 0) };
+  }
   await page.close();
-  return { ms, bytes, reqs: list };
+  return { ms, bytes, reqs: list, term };
 }
 
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
@@ -101,9 +118,13 @@ async function main() {
       const warm = [];
       let detail = null;
       for (let i = 0; i < a.runs; i++) {
-        const ctx = await browser.newContext({ httpCredentials: { username: a.user, password: a.password },
+        // the login as a header, as a browser sends it once logged in (and
+        // httpCredentials would turn on request interception, which turns
+        // the cache off)
+        const auth = 'Basic ' + Buffer.from(`${a.user}:${a.password}`).toString('base64');
+        const ctx = await browser.newContext({ extraHTTPHeaders: { Authorization: auth },
           viewport: { width: 1400, height: 900 }, locale: 'en-US' });
-        const c = await load(ctx, url, true);
+        const c = await load(ctx, url, true);    // a new context: an empty cache
         const w = await load(ctx, url, false);
         await ctx.close();
         cold.push(c);
@@ -114,12 +135,14 @@ async function main() {
         url, runs: a.runs, link: LINK,
         first: { bytes: median(cold.map((x) => x.bytes)), ms: median(cold.map((x) => x.ms)) },
         repeat: { bytes: median(warm.map((x) => x.bytes)), ms: median(warm.map((x) => x.ms)) },
+        terminal: { bytes: median(cold.map((x) => x.term.bytes)), ms: median(cold.map((x) => x.term.ms)) },
         requests: detail.map((q) => ({ path: new URL(q.url).pathname, status: q.status, bytes: q.bytes, encoding: q.enc || '' })),
       };
       results.push(r);
       console.log(`${url}  (1.6 Mbit/s down, 750 kbit/s up, 150 ms; median of ${a.runs})`);
       console.log(`  first load:  ${kib(r.first.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.first.ms / 1000).toFixed(2)} s`);
       console.log(`  repeat load: ${kib(r.repeat.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.repeat.ms / 1000).toFixed(2)} s`);
+      console.log(`  terminal:    ${kib(r.terminal.bytes).padStart(7)} KiB on the wire, fetched in ${(r.terminal.ms / 1000).toFixed(2)} s (xterm.js and co., empty cache)`);
       for (const q of r.requests) {
         console.log(`    ${String(q.status).padStart(3)} ${kib(q.bytes).padStart(7)} KiB ${(q.encoding || '-').padEnd(5)} ${q.path}`);
       }
