@@ -37,6 +37,12 @@
   const STABLE_MS = 10000;         // a connection up this long resets the backoff
   const BACKOFF_MAX_MS = 30000;
   const ESC_HOLD_MS = 1000;        // Esc, then Tab within this: leave the terminal
+  const MAX_COLS = 500;
+  // A VM's serial console: the guest assumes 80 columns until it is told the
+  // terminal's size (the bridge does not pass {"type":"resize"} on to the
+  // guest agent yet), so a wider terminal would garble long command lines;
+  // narrower boxes (phones) still fit.
+  const VM_MAX_COLS = 80;
 
   /* ------------------------------------------------------------ texts */
   const TEXTS = window.LABVM_TEXTS;
@@ -548,7 +554,7 @@
     $('conn-text').textContent = t('lab.loadingTerminal');
     loadTerminal().then(() => {
       if (lab !== me) return;
-      me.console = new Console(s.id, $('terminal'));
+      me.console = new Console(s.id, $('terminal'), s.runtime === 'pod' ? MAX_COLS : VM_MAX_COLS);
       if (focusTerm && (document.activeElement === document.body || document.activeElement === $('lab-title'))) {
         me.console.term.focus();
       }
@@ -671,8 +677,9 @@
 
   /* ----------------------------------------------------------- console */
   class Console {
-    constructor(sid, container) {
+    constructor(sid, container, maxCols) {
       this.sid = sid;
+      this.maxCols = maxCols;
       this.failures = 0;
       this.ws = null;
       this.open = false;
@@ -688,16 +695,15 @@
       this.escTimer = null;
       this.sentSize = '';
       // The terminal fills its box (fit addon) and tells the other end its
-      // size: a text message the bridge passes on (a Pod's exec stream has a
-      // resize channel). A VM's serial line has no size of its own: the guest
-      // asks the terminal (CSI 18 t, allowed below) and sets its tty.
+      // size in a text message: a Pod's exec stream has a resize channel; a
+      // VM's serial line has no size of its own, the guest agent sets it
+      // (POST /tty-size) when the bridge passes the message on.
       this.term = new window.Terminal({
         cols: 80, rows: 24, cursorBlink: true, scrollback: 5000,
         fontSize: window.matchMedia('(max-width: 40rem)').matches ? 13 : 15,
         fontFamily: '"DejaVu Sans Mono", "Noto Sans Mono", Menlo, Consolas, monospace',
         theme: { background: '#111418', foreground: '#e6e6e6' },   // = --term in app.css
         screenReaderMode: true,
-        windowOptions: { getWinSizeChars: true },
       });
       this.fitter = new window.FitAddon.FitAddon();
       this.term.loadAddon(this.fitter);
@@ -767,7 +773,7 @@
       if (this.stopped || !this.term.element) return;
       const d = this.fitter.proposeDimensions();
       if (!d || !Number.isFinite(d.cols) || !Number.isFinite(d.rows)) return;
-      const cols = Math.max(20, Math.min(500, d.cols));
+      const cols = Math.max(20, Math.min(this.maxCols, d.cols));
       const rows = Math.max(5, Math.min(200, d.rows));
       if (cols !== this.term.cols || rows !== this.term.rows) this.term.resize(cols, rows);
     }
