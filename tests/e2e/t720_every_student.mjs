@@ -268,7 +268,7 @@ async function keyboard(browser, fe, sc, axeSeen) {
       }
     });
 
-    await sc.step('keyboard: at ready the terminal has the focus; typing works; Tab alone stays inside (axe: ready)', async () => {
+    await sc.step('keyboard: at ready the terminal has the focus; typing works; Tab, and Esc with another key, stay inside (axe: ready)', async () => {
       await page.waitForSelector('#view-lab:not([hidden]) #conn[data-conn="open"]', { timeout: 120000 });
       await page.waitForFunction(() => document.activeElement && document.activeElement.closest('#terminal'), null, { timeout: 5000 });
       await waitTerm(page, 'root@', 15000);
@@ -279,6 +279,19 @@ async function keyboard(browser, fe, sc, axeSeen) {
       await page.keyboard.press('Tab');       // the shell's completion (of nothing here)
       assert((await active(page)) === 'terminal', 'Tab stays in the terminal', await active(page));
       await page.keyboard.press('Control+U');   // and the line is cleared again
+      // Esc followed by another key still reaches the shell: Esc . is
+      // readline's yank-last-arg, so "echo " Esc . becomes "echo esc7"
+      await page.keyboard.type("printf '%s-ok\\n' esc7");
+      await page.keyboard.press('Enter');
+      await waitTerm(page, 'esc7-ok');
+      await page.keyboard.type('echo ');
+      await page.keyboard.press('Escape');
+      await page.keyboard.press('.');
+      await page.keyboard.press('Enter');
+      await waitTerm(page, 'echo esc7', 10000).catch(async () => {
+        throw new Error('Esc . did not reach the shell: ' + (await page.textContent('#terminal .xterm-rows')).slice(-400));
+      });
+      assert((await active(page)) === 'terminal', 'Esc and another key stay in the terminal', await active(page));
       const hint = await page.textContent('#term-hint');
       assert(/Esc, then Tab/.test(hint), 'a visible hint says how to leave', hint);
       const desc = await page.evaluate(() => document.activeElement.getAttribute('aria-describedby'));
