@@ -94,6 +94,8 @@
     document.querySelectorAll('#lang-switch button').forEach((b) => {
       b.setAttribute('aria-pressed', String(b.dataset.lang === lang));
     });
+    const ta = lab && lab.console && lab.console.term.textarea;
+    if (ta) ta.setAttribute('aria-label', t('lab.termLabel'));
     updateTitle();
   }
 
