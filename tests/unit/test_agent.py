@@ -530,6 +530,37 @@ def listen_address_comes_from_the_environment():
     t.eq(ag.proc.returncode, 0, "SIGTERM stops it cleanly")
 
 
+@t.test
+def tty_size_sets_the_console_window_size():
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    ag = Agent("ttysize", env={"LABVM_AGENT_CONSOLE_TTY": os.ttyname(slave)})
+    try:
+        status, doc, _ = ag.req("POST", "/tty-size", {"cols": 43, "rows": 29})
+        t.eq(status, 200, "POST /tty-size")
+        t.eq((doc.get("cols"), doc.get("rows")), (43, 29), "the size it set")
+        rows, cols = struct.unpack("HHHH", fcntl.ioctl(master, termios.TIOCGWINSZ, b"\0" * 8))[:2]
+        t.eq((cols, rows), (43, 29), "the tty has that size")
+        for bad in ({"cols": 0, "rows": 24}, {"cols": 80}, {"cols": "80", "rows": 24},
+                    {"cols": True, "rows": 24}, [80, 24]):
+            t.eq(ag.req("POST", "/tty-size", bad)[0], 400, "refused: %r" % (bad,))
+        t.eq(ag.req("GET", "/tty-size")[0], 405, "GET /tty-size")
+        t.eq(ag.req("POST", "/tty-size", {"cols": 80, "rows": 24}, token="nope")[0], 403, "token needed")
+    finally:
+        ag.stop()
+        os.close(master)
+        os.close(slave)
+    ag = Agent("ttysize-none", env={"LABVM_AGENT_CONSOLE_TTY": os.path.join(TMP, "no-such-tty")})
+    try:
+        status, doc, _ = ag.req("POST", "/tty-size", {"cols": 80, "rows": 24})
+        t.eq((status, doc.get("error")), (409, "no_console"), "no console: 409 no_console")
+    finally:
+        ag.stop()
+
+
 try:
     t.diag("agent python: " + subprocess.run(
         [PYTHON, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
