@@ -37,7 +37,7 @@
  * new one kicks the old); every browser connection of that session shares it
  * (a second tab sees the same output, both may type). The upstream stays open
  * for console_linger_s after the last browser leaves, so a reconnect gets the
- * console back at once, with the last BS_RING_SIZE bytes of output replayed.
+ * console back at once, with the last RING_SIZE bytes of output replayed.
  */
 #ifndef LABVM_CONSOLE_BRIDGE_H
 #define LABVM_CONSOLE_BRIDGE_H
@@ -47,6 +47,7 @@
 
 #include <libwebsockets.h>
 
+#include "bytequeue.h"
 #include "config.h"
 #include "ticket.h"
 
@@ -56,13 +57,10 @@
 #define STATS_PATH     "/console-stats"
 
 /* queues and flow control (bytes) */
-#define BS_WRITE_MAX       (32 * 1024)  /* at most this much per lws_write */
-#define BS_CHUNK_MIN       (8 * 1024)   /* queue chunks coalesce small writes up to this */
 #define BS_DOWN_HIGH       (256 * 1024) /* pause upstream RX when a browser queue exceeds */
 #define BS_DOWN_LOW        (64 * 1024)  /* ... resume when every browser queue is below */
 #define BS_UP_HIGH         (64 * 1024)  /* pause browser RX when the upstream queue exceeds */
 #define BS_UP_LOW          (16 * 1024)  /* ... resume below */
-#define BS_RING_SIZE       (8 * 1024)   /* replayed to a (re)connecting browser */
 #define BS_CHECK_TIMEOUT_S 10           /* database check */
 #define BS_UP_TIMEOUT_S    15           /* upstream handshake */
 #define BS_RECHECK_S       5            /* re-check open sessions in the database */
@@ -83,30 +81,6 @@ enum {
 	BS_CLOSE_UPSTREAM = 4502,
 	BS_CLOSE_UNAVAILABLE = 4503,
 };
-
-/* ------------------------------------------------------------------ queue */
-/* A byte queue of chunks, each with LWS_PRE bytes of headroom, so a chunk is
- * written in place (lws_write() puts the frame header into the headroom or
- * into already-sent bytes of the same chunk). */
-struct bq_chunk {
-	struct bq_chunk *next;
-	size_t off, len, cap; /* payload: data[LWS_PRE + off .. LWS_PRE + len) */
-	int is_text;          /* a whole text message (never coalesced) */
-	unsigned char data[];
-};
-
-struct bq {
-	struct bq_chunk *head, *tail;
-	size_t bytes;
-};
-
-/* Append a copy; binary data coalesces into the tail chunk. 0, or -1 on OOM. */
-int bq_append(struct bq *q, const void *p, size_t n, int is_text);
-/* The next piece to write (at most BS_WRITE_MAX): pointer into the head chunk
- * with LWS_PRE writable bytes before it; 0 when empty. */
-size_t bq_peek(struct bq *q, unsigned char **p, int *is_text);
-void bq_consume(struct bq *q, size_t n);
-void bq_clear(struct bq *q);
 
 /* ------------------------------------------------------- bridge session */
 enum up_state { UP_NONE = 0, UP_CONNECTING, UP_OPEN, UP_CLOSING };
@@ -158,8 +132,7 @@ struct bsession {
 	struct bq to_up;
 	struct bconn *conns;
 	int nconns;
-	unsigned char *ring; /* BS_RING_SIZE, allocated on first output */
-	size_t ring_start, ring_len;
+	struct ring ring; /* recent output, replayed to a browser that attaches */
 	int64_t t_open_start;     /* monotonic ms: upstream connect started */
 	int64_t t_idle;           /* monotonic ms: last browser left (0: has browsers) */
 	int woke;                 /* sent the wake-up CR on first open */

@@ -1,5 +1,5 @@
 /* session.c - bridge sessions: the shared upstream of one console session,
- * per-direction queues, flow control, the replay ring, and every close (with
+ * per-direction queues (bytequeue.c), flow control, and every close (with
  * its reason, logged once). Runs on the lws service thread only. */
 #include <stdlib.h>
 #include <string.h>
@@ -8,131 +8,6 @@
 
 #include "bridge.h"
 #include "log.h"
-
-/* ------------------------------------------------------------------ queue */
-
-int bq_append(struct bq *q, const void *p, size_t n, int is_text)
-{
-	struct bq_chunk *t = q->tail;
-
-	if (!n && !is_text)
-		return 0;
-	if (!is_text && t && !t->is_text && t->cap - t->len >= n) {
-		memcpy(t->data + LWS_PRE + t->len, p, n);
-		t->len += n;
-		q->bytes += n;
-		return 0;
-	}
-	size_t cap = is_text || n >= BS_CHUNK_MIN ? n : BS_CHUNK_MIN;
-	struct bq_chunk *c = malloc(sizeof *c + LWS_PRE + cap);
-	if (!c)
-		return -1;
-	c->next = NULL;
-	c->off = 0;
-	c->len = n;
-	c->cap = cap;
-	c->is_text = is_text;
-	if (n)
-		memcpy(c->data + LWS_PRE, p, n);
-	if (t)
-		t->next = c;
-	else
-		q->head = c;
-	q->tail = c;
-	q->bytes += n;
-	return 0;
-}
-
-size_t bq_peek(struct bq *q, unsigned char **p, int *is_text)
-{
-	struct bq_chunk *c = q->head;
-	if (!c)
-		return 0;
-	size_t n = c->len - c->off;
-	*p = c->data + LWS_PRE + c->off;
-	*is_text = c->is_text;
-	if (!c->is_text && n > BS_WRITE_MAX)
-		n = BS_WRITE_MAX;
-	return n;
-}
-
-void bq_consume(struct bq *q, size_t n)
-{
-	struct bq_chunk *c = q->head;
-	if (!c)
-		return;
-	c->off += n;
-	q->bytes -= n;
-	if (c->off >= c->len) {
-		q->head = c->next;
-		if (!q->head)
-			q->tail = NULL;
-		free(c);
-	}
-}
-
-void bq_clear(struct bq *q)
-{
-	struct bq_chunk *c = q->head, *n;
-	for (; c; c = n) {
-		n = c->next;
-		free(c);
-	}
-	q->head = q->tail = NULL;
-	q->bytes = 0;
-}
-
-/* ------------------------------------------------------------------- ring */
-
-static void ring_put(struct bsession *s, const unsigned char *p, size_t n)
-{
-	if (!s->ring) {
-		s->ring = malloc(BS_RING_SIZE);
-		if (!s->ring)
-			return; /* replay is a convenience; skip it under memory pressure */
-	}
-	if (n >= BS_RING_SIZE) {
-		memcpy(s->ring, p + n - BS_RING_SIZE, BS_RING_SIZE);
-		s->ring_start = 0;
-		s->ring_len = BS_RING_SIZE;
-		return;
-	}
-	size_t end = (s->ring_start + s->ring_len) % BS_RING_SIZE;
-	size_t first = BS_RING_SIZE - end < n ? BS_RING_SIZE - end : n;
-	memcpy(s->ring + end, p, first);
-	memcpy(s->ring, p + first, n - first);
-	s->ring_len += n;
-	if (s->ring_len > BS_RING_SIZE) {
-		s->ring_start = (s->ring_start + s->ring_len - BS_RING_SIZE) % BS_RING_SIZE;
-		s->ring_len = BS_RING_SIZE;
-	}
-}
-
-/* Queue the ring's content for one browser. When the ring has wrapped, start
- * after the first newline so the replay does not begin inside an escape
- * sequence or a UTF-8 character. */
-static int ring_replay(struct bsession *s, struct bconn *c)
-{
-	if (!s->ring || !s->ring_len)
-		return 0;
-	unsigned char *tmp = malloc(s->ring_len);
-	if (!tmp)
-		return -1;
-	size_t first = BS_RING_SIZE - s->ring_start;
-	if (first > s->ring_len)
-		first = s->ring_len;
-	memcpy(tmp, s->ring + s->ring_start, first);
-	memcpy(tmp + first, s->ring, s->ring_len - first);
-	size_t skip = 0;
-	if (s->ring_len == BS_RING_SIZE) {
-		unsigned char *nl = memchr(tmp, '\n', s->ring_len);
-		if (nl)
-			skip = (size_t)(nl - tmp) + 1;
-	}
-	int rc = bq_append(&c->out, tmp + skip, s->ring_len - skip, 0);
-	free(tmp);
-	return rc;
-}
 
 /* --------------------------------------------------------------- sessions */
 
@@ -168,7 +43,7 @@ void bs_free(struct bsession *s)
 			break;
 		}
 	bq_clear(&s->to_up);
-	free(s->ring);
+	ring_free(&s->ring);
 	free(s);
 }
 
@@ -227,7 +102,7 @@ int bs_attach(struct bconn *c)
 	c->t_state = bridge_now_ms();
 
 	if (s->up_state == UP_OPEN) {
-		if (bc_send_status(c, "open") < 0 || ring_replay(s, c) < 0) {
+		if (bc_send_status(c, "open") < 0 || ring_replay(&s->ring, &c->out) < 0) {
 			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
 			return -1;
 		}
@@ -369,7 +244,7 @@ void bs_upstream_open(struct bsession *s)
 	/* the guest printed its prompt before anyone listened: ask for a fresh one
 	 * (a bare CR, as a user pressing Enter on virtctl console), once per session
 	 * object, only when nothing was typed yet */
-	if (!s->woke && !s->to_up.bytes && !s->ring_len) {
+	if (!s->woke && !s->to_up.bytes && !s->ring.len) {
 		s->woke = 1;
 		if (bq_append(&s->to_up, "\r", 1, 0) < 0)
 			return;
@@ -384,7 +259,7 @@ void bs_upstream_data(struct bsession *s, const void *p, size_t n)
 
 	s->bytes_down += n;
 	B->st.bytes_down += n;
-	ring_put(s, p, n);
+	ring_put(&s->ring, p, n);
 	for (struct bconn *c = s->conns, *next; c; c = next) {
 		next = c->sess_next;
 		if (bq_append(&c->out, p, n, 0) < 0) {
