@@ -31,12 +31,11 @@ void bc_unlink(struct bconn *c)
 
 struct bconn *bc_find(uint64_t id)
 {
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->conns); d; d = d->next) {
 		struct bconn *c = lws_container_of(d, struct bconn, all);
 		if (c->id == id)
 			return c;
 	}
-	lws_end_foreach_dll(d);
 	return NULL;
 }
 

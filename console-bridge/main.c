@@ -124,8 +124,8 @@ static void wakeup(void)
 
 /* main's own protocol, on a vhost that neither listens nor connects: lws
  * broadcasts EVENT_WAIT_CANCELLED to every protocol of every vhost */
-static int callback_events(struct lws *wsi, enum lws_callback_reasons reason, void *user,
-                           void *in, size_t len)
+static int callback_events(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                           size_t len)
 {
 	if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) {
 		wakeup();

@@ -213,7 +213,8 @@ void server_check_answer(const struct db_result *r)
 
 void server_tick(int64_t now)
 {
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&B->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->conns), *d1; d; d = d1) {
+		d1 = d->next;
 		struct bconn *c = lws_container_of(d, struct bconn, all);
 		if (c->state == BC_CHECKING && now - c->t_state > BS_CHECK_TIMEOUT_S * 1000)
 			bc_close(c, BS_CLOSE_UNAVAILABLE, "database check timed out, try again", 0);
@@ -228,17 +229,16 @@ void server_tick(int64_t now)
 			                LWS_TO_KILL_ASYNC);
 		}
 	}
-	lws_end_foreach_dll_safe(d, d1);
 	nonce_purge(util_epoch_s());
 }
 
 void server_close_all(void)
 {
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&B->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->conns), *d1; d; d = d1) {
+		d1 = d->next;
 		bs_close_browser(lws_container_of(d, struct bconn, all), BS_CLOSE_GOING_AWAY,
 		                 "bridge shutting down");
 	}
-	lws_end_foreach_dll_safe(d, d1);
 }
 
 void server_free(void)
@@ -258,10 +258,9 @@ static char *stats_json(void)
 
 	if (!o)
 		return NULL;
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		open += lws_container_of(d, struct bsession, list)->up_state == UP_OPEN;
 	}
-	lws_end_foreach_dll(d);
 	if (!cJSON_AddNumberToObject(o, "browsers", B->conns.count) ||
 	    !cJSON_AddNumberToObject(o, "sessions", B->sessions.count) ||
 	    !cJSON_AddNumberToObject(o, "upstreams_open", open) ||
@@ -278,7 +277,7 @@ static char *stats_json(void)
 	for (int i = 0; i < 8; i++)
 		if (!cJSON_AddNumberToObject(ref, names[i], (double)B->st.refused[i]))
 			goto out;
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		static const char *const ups[] = {"none", "connecting", "open", "closing"};
 		const struct bsession *x = lws_container_of(d, struct bsession, list);
 		cJSON *e = cJSON_CreateObject();
@@ -292,7 +291,6 @@ static char *stats_json(void)
 		    !cJSON_AddBoolToObject(e, "closing", x->dead))
 			goto out;
 	}
-	lws_end_foreach_dll(d);
 	s = cJSON_PrintUnformatted(o);
 out:
 	cJSON_Delete(o);

@@ -26,12 +26,11 @@ static const struct upstream_events up_events = {
 
 static struct bsession *bs_find(const char *sid)
 {
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		struct bsession *s = sess_of(d);
 		if (!s->dead && strcmp(s->sid, sid) == 0)
 			return s;
 	}
-	lws_end_foreach_dll(d);
 	return NULL;
 }
 
@@ -64,11 +63,10 @@ void bs_free_all(void)
 
 static int any_browser_above(struct bsession *s, size_t mark)
 {
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&s->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns); d; d = d->next) {
 		if (conn_of(d)->out.bytes > mark)
 			return 1;
 	}
-	lws_end_foreach_dll(d);
 	return 0;
 }
 
@@ -197,10 +195,10 @@ void bs_close(struct bsession *s, int code, const char *reason)
 
 void bs_close_all(int code, const char *reason)
 {
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions), *d1; d; d = d1) {
+		d1 = d->next;
 		bs_close(sess_of(d), code, reason);
 	}
-	lws_end_foreach_dll_safe(d, d1);
 }
 
 void bs_ended(const char *sid)
@@ -218,12 +216,12 @@ static void up_opened(void *owner)
 
 	s->up_state = UP_OPEN;
 	log_info("session %s: upstream console open (vm %s)", s->sid, s->vm);
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&s->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns), *d1; d; d = d1) {
+		d1 = d->next;
 		struct bconn *c = conn_of(d);
 		if (bc_send_status(c, "open") < 0)
 			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 	}
-	lws_end_foreach_dll_safe(d, d1);
 	if (s->dead || !s->up)
 		return; /* the last browser left above and closed the session */
 	/* the guest printed its prompt before anyone listened: ask for a fresh one
@@ -243,7 +241,8 @@ static void up_data(void *owner, const void *p, size_t n)
 	s->bytes_down += n;
 	B->st.bytes_down += n;
 	ring_put(&s->ring, p, n);
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&s->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns), *d1; d; d = d1) {
+		d1 = d->next;
 		struct bconn *c = conn_of(d);
 		int rc = bc_send(c, p, n);
 		if (rc < 0)
@@ -251,7 +250,6 @@ static void up_data(void *owner, const void *p, size_t n)
 		else if (rc > 0)
 			high = 1;
 	}
-	lws_end_foreach_dll_safe(d, d1);
 	/* a browser above the high-water mark: stop reading the console (from the
 	 * upstream's next writeable, see upstream.h; overshoot: one read) */
 	if (high && s->up)
@@ -263,10 +261,9 @@ static void up_drained(void *owner, size_t queued)
 	struct bsession *s = owner;
 	if (queued >= BS_UP_LOW)
 		return;
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&s->conns)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns); d; d = d->next) {
 		bc_rx(conn_of(d), 1);
 	}
-	lws_end_foreach_dll(d);
 }
 
 static void up_closed(void *owner, const char *why)
@@ -313,40 +310,39 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 
 void bs_tick(int64_t now)
 {
-	lws_start_foreach_dll_safe(struct lws_dll2 *, d, d1, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions), *d1; d; d = d1) {
+		d1 = d->next;
 		struct bsession *s = sess_of(d);
-		if (s->dead) {
-			/* nothing */
-		} else if (s->up_state == UP_CONNECTING &&
-		           now - s->t_open_start > BS_UP_TIMEOUT_S * 1000) {
+		if (s->dead)
+			continue;
+		if (s->up_state == UP_CONNECTING &&
+		    now - s->t_open_start > BS_UP_TIMEOUT_S * 1000) {
 			B->st.upstream_failures++;
-			bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: handshake timeout");
+			bs_close(s, BS_CLOSE_UPSTREAM,
+			         "upstream console failed: handshake timeout");
 		} else if (!s->conns.count && s->t_idle &&
 		           now - s->t_idle > (int64_t)B->cfg.console_linger_s * 1000) {
 			bs_close(s, BS_CLOSE_NORMAL, "idle: no console for console_linger_s");
 		}
 	}
-	lws_end_foreach_dll_safe(d, d1);
 }
 
 int bs_recheck(void)
 {
 	size_t n = 0, i = 0;
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		n += !sess_of(d)->dead;
 	}
-	lws_end_foreach_dll(d);
 	if (!n)
 		return 0;
 	char(*sids)[37] = malloc(n * sizeof *sids);
 	if (!sids)
 		return -1;
-	lws_start_foreach_dll(struct lws_dll2 *, d, lws_dll2_get_head(&B->sessions)) {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		struct bsession *s = sess_of(d);
 		if (!s->dead)
 			memcpy(sids[i++], s->sid, 37);
 	}
-	lws_end_foreach_dll(d);
 	int rc = db_recheck(sids, i);
 	free(sids);
 	return rc;

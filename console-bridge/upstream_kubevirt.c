@@ -23,10 +23,10 @@ struct upstream {
 	enum kv_state state;
 	const struct upstream_events *ev;
 	void *owner;
-	struct bq out;  /* terminal input, to the console */
-	int rx_paused;  /* we stopped reading it */
-	int want_pause; /* stop reading it from its next writeable */
-	int going_away; /* close with 1001 (bridge shutting down), else 1000 */
+	struct bq out;            /* terminal input, to the console */
+	int rx_paused;            /* we stopped reading it */
+	int want_pause;           /* stop reading it from its next writeable */
+	int going_away;           /* close with 1001 (bridge shutting down), else 1000 */
 	int opening, open_failed; /* inside lws_client_connect_via_info() */
 	char why[96];             /* why it closed, when the peer said so */
 	char sid[37];
@@ -155,10 +155,9 @@ static int kv_writeable(struct lws *wsi, struct upstream *u)
 
 	if (!u || u->state == KV_CLOSING) {
 		static const char bye[] = "console closed";
-		lws_close_reason(wsi,
-		                 u && u->going_away ? LWS_CLOSE_STATUS_GOINGAWAY
-		                                    : LWS_CLOSE_STATUS_NORMAL,
-		                 (unsigned char *)bye, sizeof bye - 1);
+		lws_close_reason(
+		    wsi, u && u->going_away ? LWS_CLOSE_STATUS_GOINGAWAY : LWS_CLOSE_STATUS_NORMAL,
+		    (unsigned char *)bye, sizeof bye - 1);
 		return -1;
 	}
 	if (u->want_pause) {
