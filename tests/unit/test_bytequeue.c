@@ -40,7 +40,8 @@ static void test_queue(void)
 	int is_text = -1, ok;
 	size_t n;
 
-	CHECK(bq_peek(&q, &p, &is_text) == 0 && q.bytes == 0, "an empty queue has nothing to write");
+	CHECK(bq_peek(&q, &p, &is_text) == 0 && q.bytes == 0,
+	      "an empty queue has nothing to write");
 	bq_consume(&q, 5);
 	CHECK(q.bytes == 0 && !q.head, "consuming from an empty queue is harmless");
 
@@ -134,8 +135,9 @@ static void test_queue(void)
 		if (q.bytes != wpos - rpos)
 			intact = 0;
 	}
-	CHECK(intact && bounded && rpos == total && q.bytes == 0,
-	      "600 KiB through interleaved appends and partial consumes arrive intact and in order");
+	CHECK(
+	    intact && bounded && rpos == total && q.bytes == 0,
+	    "600 KiB through interleaved appends and partial consumes arrive intact and in order");
 	bq_clear(&q);
 	free(want);
 	free(chunk);
