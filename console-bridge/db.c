@@ -17,7 +17,7 @@
 
 #include <libpq-fe.h>
 
-#include "bridge.h"
+#include "db.h"
 #include "log.h"
 #include "util.h"
 
