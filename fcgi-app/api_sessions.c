@@ -361,7 +361,7 @@ enum hres api_session_delete(struct req *r)
 	if (load_own(r, &s, &h) < 0)
 		return h;
 	if (session_active(&s)) {
-		if (session_finish(r->x, &s, "ended", "user", NULL) < 0) {
+		if (session_finish(r->x, &s, SESSION_ENDED, "user", NULL) < 0) {
 			session_free(&s);
 			resp_error(r, 503, "db_unavailable",
 			           "the database is unavailable: try again");
@@ -416,9 +416,9 @@ enum hres api_session_grade(struct req *r)
 		session_free(&s);
 		return api_db_error(r);
 	}
-	if (strcmp(s.state, "ready") != 0 || !s.nvms || !s.vms[0].ip) {
+	if (s.state != SESSION_READY || !s.nvms || !s.vms[0].ip) {
 		resp_error(r, 409, "not_ready", "the lab is %s, not ready: nothing to grade",
-		           s.state);
+		           session_state_str(s.state));
 		session_free(&s);
 		return H_DONE;
 	}
@@ -497,9 +497,9 @@ enum hres api_console_ticket(struct req *r)
 		session_free(&s);
 		return api_db_error(r);
 	}
-	if (strcmp(s.state, "ready") != 0 || !s.nvms) {
+	if (s.state != SESSION_READY || !s.nvms) {
 		resp_error(r, 409, "not_ready", "the lab is %s, not ready: no console yet",
-		           s.state);
+		           session_state_str(s.state));
 		session_free(&s);
 		return H_DONE;
 	}
