@@ -220,8 +220,7 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 				char msg[256];
 				snprintf(msg, sizeof msg,
 				         "%s: the VM %s disappeared from the cluster",
-				         session_stage_str(s.stage),
-				         s.vms[i].name);
+				         session_stage_str(s.stage), s.vms[i].name);
 				log_info("session %s (%s): VM %s vanished; failing the session",
 				         s.id, s.user, s.vms[i].name);
 				if (session_finish(x, &s, SESSION_FAILED, "failed", msg) < 0)

@@ -121,11 +121,13 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 		return SESSION_NONE;
 	}
 	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
-	char **str[] = {&s->id,           &s->user,        &s->lesson,       NULL,
-	                &s->environment,  NULL,            NULL,             &s->disk_source,
-	                &s->fallback_reason, &s->created_at, &s->submitted_at, &s->running_at,
-	                &s->ready_at,     &s->ended_at,    &s->expires_at,   &s->end_reason,
-	                &s->error,        &s->last_grade,  &s->graded_at};
+	char **str[] = {&s->id,         &s->user,         &s->lesson,
+	                NULL,           &s->environment,  NULL,
+	                NULL,           &s->disk_source,  &s->fallback_reason,
+	                &s->created_at, &s->submitted_at, &s->running_at,
+	                &s->ready_at,   &s->ended_at,     &s->expires_at,
+	                &s->end_reason, &s->error,        &s->last_grade,
+	                &s->graded_at};
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
 		if (str[i])
 			*str[i] = dup_or_null(r, i);
@@ -181,10 +183,12 @@ static int reload(struct labctx *x, struct session *s)
 
 void session_free(struct session *s)
 {
-	char *str[] = {s->id,           s->user,         s->lesson,     s->environment,
-	               s->disk_source,  s->fallback_reason, s->created_at, s->submitted_at,
-	               s->running_at,   s->ready_at,     s->ended_at,   s->expires_at,
-	               s->end_reason,   s->error,        s->last_grade, s->graded_at};
+	char *str[] = {s->id,          s->user,         s->lesson,
+	               s->environment, s->disk_source,  s->fallback_reason,
+	               s->created_at,  s->submitted_at, s->running_at,
+	               s->ready_at,    s->ended_at,     s->expires_at,
+	               s->end_reason,  s->error,        s->last_grade,
+	               s->graded_at};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -338,8 +342,7 @@ static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
 	free(path);
 }
 
-static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm,
-                           int overdue)
+static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
 {
 	char *path = kube_path("virtualmachineinstances", x->cfg->namespace_, vm->name);
 	cJSON *vmi = NULL;

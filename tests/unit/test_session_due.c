@@ -21,70 +21,66 @@
 
 /* the clock positions */
 static const double clocks[] = {
-    1050,          /* before every deadline */
-    RUN_DL,        /* exactly at the running deadline: not past it */
-    RUN_DL + 1,    /* past the running deadline */
-    READY_DL + 1,  /* past the ready deadline */
-    EXPIRES,       /* exactly at expiry (a starting session's) */
-    EXPIRES_RDY,   /* exactly at a ready session's expiry */
+    1050,         /* before every deadline */
+    RUN_DL,       /* exactly at the running deadline: not past it */
+    RUN_DL + 1,   /* past the running deadline */
+    READY_DL + 1, /* past the ready deadline */
+    EXPIRES,      /* exactly at expiry (a starting session's) */
+    EXPIRES_RDY,  /* exactly at a ready session's expiry */
     EXPIRES_RDY + 1,
 };
 #define NCLOCKS (sizeof clocks / sizeof clocks[0])
 
-struct want {
-	enum session_due_what what;
-	int overdue;
-};
-
-#define NOTHING  {DUE_NOTHING, 0}
-#define EXPIRE   {DUE_EXPIRE, 0}
-#define NO_VM    {DUE_NO_VM, 0}
-#define RUN      {DUE_RUNNING, 0}
-#define RUN_LATE {DUE_RUNNING, 1}
-#define RDY      {DUE_READY, 0}
-#define RDY_LATE {DUE_READY, 1}
-
+/* What is due at each clock position, one letter each:
+ *   n nothing   x expire   v no VM   r wait for Running   R ... overdue
+ *   y wait for the ready flag   Y ... overdue */
 struct fixture {
 	const char *name;
 	enum session_state state;
 	enum session_stage stage;
 	int submitted, running, ready, nvms;
 	double expires;
-	struct want want[NCLOCKS];
-	double deadline; /* of DUE_RUNNING / DUE_READY */
+	const char *want; /* NCLOCKS letters */
+	double deadline;  /* of r/R/y/Y */
 };
 
 static const struct fixture fixtures[] = {
+    /* name, state, stage, submitted, running, ready, VMs, expires_at, due, deadline */
     {"starting/submitted, submission in flight", SESSION_STARTING, STAGE_SUBMITTED, 0, 0, 0, 1,
-     EXPIRES, {RUN, RUN, RUN, RUN, EXPIRE, EXPIRE, EXPIRE}, 0},
-    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES,
-     {RUN, RUN, RUN_LATE, RUN_LATE, EXPIRE, EXPIRE, EXPIRE}, RUN_DL},
-    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES,
-     {RUN, RUN, RUN_LATE, RUN_LATE, EXPIRE, EXPIRE, EXPIRE}, RUN_DL},
-    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES,
-     {RUN, RUN, RUN_LATE, RUN_LATE, EXPIRE, EXPIRE, EXPIRE}, RUN_DL},
-    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
-     {RDY, RDY, RDY, RDY_LATE, EXPIRE, EXPIRE, EXPIRE}, READY_DL},
+     EXPIRES, "rrrrxxx", 0},
+    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "rrRRxxx",
+     RUN_DL},
+    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES, "rrRRxxx",
+     RUN_DL},
+    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRxxx", RUN_DL},
+    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "yyyYxxx",
+     READY_DL},
     {"starting/booting without a VM", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 0, EXPIRES,
-     {NO_VM, NO_VM, NO_VM, NO_VM, EXPIRE, EXPIRE, EXPIRE}, 0},
+     "vvvvxxx", 0},
     {"starting/booting, no expiry recorded", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, 0,
-     {RUN, RUN, RUN_LATE, RUN_LATE, RUN_LATE, RUN_LATE, RUN_LATE}, RUN_DL},
-    {"ready/ready", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY,
-     {NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, EXPIRE, EXPIRE}, 0},
-    {"failed/booting", SESSION_FAILED, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES,
-     {NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING}, 0},
-    {"failed/setting_up", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
-     {NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING}, 0},
-    {"ended/ready", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY,
-     {NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING}, 0},
-    {"ended/submitted", SESSION_ENDED, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES,
-     {NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING, NOTHING}, 0},
+     "rrRRRRR", RUN_DL},
+    {"ready/ready", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnxx", 0},
+    {"failed/booting", SESSION_FAILED, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "nnnnnnn", 0},
+    {"failed/setting_up", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "nnnnnnn", 0},
+    {"ended/ready", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnnn", 0},
+    {"ended/submitted", SESSION_ENDED, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "nnnnnnn", 0},
 };
 
-static const char *what_str(enum session_due_what w)
+static char letter(struct session_due d)
 {
-	static const char *const n[] = {"nothing", "expire", "no_vm", "running", "ready"};
-	return (size_t)w < sizeof n / sizeof n[0] ? n[w] : "?";
+	switch (d.what) {
+	case DUE_NOTHING:
+		return 'n';
+	case DUE_EXPIRE:
+		return 'x';
+	case DUE_NO_VM:
+		return 'v';
+	case DUE_RUNNING:
+		return d.overdue ? 'R' : 'r';
+	case DUE_READY:
+		return d.overdue ? 'Y' : 'y';
+	}
+	return '?';
 }
 
 static void make(struct session *s, const struct fixture *f, enum lesson_runtime rt,
@@ -119,18 +115,16 @@ int main(void)
 				struct session s;
 				make(&s, fx, runtimes[r], &vm);
 				struct session_due d = session_due(&s, clocks[c]);
-				const struct want *w = &fx->want[c];
-				int ok = d.what == w->what && d.overdue == w->overdue;
-				if (ok && (d.what == DUE_RUNNING || d.what == DUE_READY))
+				char want = fx->want[c], got = letter(d);
+				int ok = got == want;
+				if (ok && strchr("rRyY", got))
 					ok = d.deadline == fx->deadline;
-				if (ok && d.what == DUE_EXPIRE)
+				if (ok && got == 'x')
 					ok = d.deadline == fx->expires;
-				CHECK(ok, "%s (%s) at t=%.0f: %s%s", fx->name,
-				      lesson_runtime_str(runtimes[r]), clocks[c], what_str(w->what),
-				      w->overdue ? ", overdue" : "");
+				CHECK(ok, "%s (%s) at t=%.0f: %c", fx->name,
+				      lesson_runtime_str(runtimes[r]), clocks[c], want);
 				if (!ok)
-					printf("#   got %s%s, deadline %.0f\n", what_str(d.what),
-					       d.overdue ? ", overdue" : "", d.deadline);
+					printf("#   got %c, deadline %.0f\n", got, d.deadline);
 			}
 		}
 	}
