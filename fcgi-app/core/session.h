@@ -7,7 +7,15 @@
  *
  * Every transition is a conditional UPDATE, so concurrent pollers (several
  * browser tabs, several FastCGI processes, the reaper) record each timestamp
- * once and the first one to decide wins. */
+ * once and the first one to decide wins.
+ *
+ * To add a stage: a value in enum session_stage and its name in stage_names
+ * (session.c), the same name in the CHECK constraint (a new sql/ migration),
+ * set_stage() where the cluster or the agent shows it (advance_running or
+ * advance_ready in session.c); if it has a deadline of its own, a case in
+ * session_due() and a row in tests/unit/test_session_due.c; its label on
+ * the page (web/app.js, web/i18n.js). The reaper and the API follow
+ * session_due() and need no change. */
 #ifndef LABVM_CORE_SESSION_H
 #define LABVM_CORE_SESSION_H
 
