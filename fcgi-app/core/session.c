@@ -28,7 +28,6 @@ static const char *const stage_names[] = {
     [STAGE_BOOTING] = "booting",     [STAGE_SETTING_UP] = "setting_up",
     [STAGE_READY] = "ready",
 };
-static const char *const runtime_names[] = {[RUNTIME_VM] = "vm", [RUNTIME_POD] = "pod"};
 
 #define NNAMES(a) (sizeof a / sizeof a[0])
 
@@ -131,7 +130,7 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
 		if (str[i])
 			*str[i] = dup_or_null(r, i);
-	int runtime = lookup(runtime_names, NNAMES(runtime_names), db_val(r, 0, 3));
+	int runtime = lesson_runtime_parse(db_val(r, 0, 3));
 	int state = session_state_parse(db_val(r, 0, 5));
 	int stage = session_stage_parse(db_val(r, 0, 6));
 	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
