@@ -1,4 +1,4 @@
-/* kube.h - a small Kubernetes API client over libcurl: one keep-alive
+/* kube.h - a small Kubernetes API client over httpc.h: one keep-alive
  * handle per thread, bearer token from the service-account file (re-read
  * when it rotates), TLS verified against the cluster CA, cJSON bodies.
  *
@@ -15,13 +15,11 @@
 struct kube {
 	const struct cfg *cfg;
 	CURL *h;
-	struct curl_slist *hdrs; /* Accept + Authorization (secret) */
-	char *token;             /* secret */
-	double token_read_at;    /* monotonic seconds */
-	struct buf body;         /* last response body */
-	char err[CURL_ERROR_SIZE];
-	char msg[512]; /* last error, fit for logs and answers (no secrets) */
-	double ms;     /* time spent in API calls since kube_reset_timer */
+	char *token;          /* secret */
+	double token_read_at; /* monotonic seconds */
+	struct buf body;      /* last response body */
+	char msg[512];        /* last error, fit for logs and answers (no secrets) */
+	double ms;            /* time spent in API calls since kube_reset_timer */
 	unsigned calls;
 };
 
