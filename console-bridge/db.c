@@ -19,6 +19,7 @@
 
 #include "db.h"
 #include "log.h"
+#include "pgconn.h"
 #include "util.h"
 
 #define DB_BACKOFF_MIN_MS 250
@@ -189,6 +190,7 @@ static int pg_session_setup(void)
 {
 	PQsetNoticeProcessor(W.pg, pg_notice, NULL);
 	if (pg_command("SET statement_timeout = '5s'") < 0 ||
+	    pg_command("SET idle_in_transaction_session_timeout = '10s'") < 0 ||
 	    pg_command("SET application_name = 'labvm-console'") < 0 ||
 	    pg_command("LISTEN " DB_CHANNEL) < 0)
 		return -1;
@@ -202,7 +204,7 @@ static void pg_connect(void)
 		return;
 	if (W.pg)
 		PQfinish(W.pg);
-	W.pg = PQconnectdb(W.conninfo);
+	W.pg = db_connect(W.conninfo, 5); /* keepalives, connect_timeout */
 	if (PQstatus(W.pg) == CONNECTION_OK && pg_session_setup() == 0) {
 		if (W.up != 1)
 			log_info("database: connected, listening on %s", DB_CHANNEL);

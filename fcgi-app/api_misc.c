@@ -4,6 +4,7 @@
 
 #include "api.h"
 #include "jsonx.h"
+#include "log.h"
 #include "session.h"
 
 enum hres api_db_error(struct req *r)
@@ -49,10 +50,12 @@ enum hres api_healthz(struct req *r)
 	cJSON *o = jx_obj();
 	int ok = 1;
 	PGresult *res = db_exec(&x->db, "SELECT 1", 0, NULL);
+	/* codes only: the texts (libpq's, curl's) go to the log, not to clients */
 	if (res) {
 		jx_add_str(o, "db", "ok");
 	} else {
-		jx_add_str(o, "db", x->db.msg);
+		log_warn("healthz: %s", x->db.msg);
+		jx_add_str(o, "db", "unavailable");
 		ok = 0;
 	}
 	PQclear(res);
@@ -62,7 +65,10 @@ enum hres api_healthz(struct req *r)
 	if (code == 200) {
 		jx_add_str(o, "cluster", "ok");
 	} else {
-		jx_add_str(o, "cluster", x->kube.msg[0] ? x->kube.msg : "unexpected answer");
+		log_warn("healthz: cluster: %s", x->kube.msg[0] ? x->kube.msg : "unexpected answer");
+		jx_add_str(o, "cluster", code ? "error" : "unavailable");
+		if (code)
+			jx_add_num(o, "cluster_status", code);
 		ok = 0;
 	}
 	free(p2);

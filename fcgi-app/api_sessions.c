@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/crypto.h>
 
@@ -133,6 +134,24 @@ static void undo_submit(struct labctx *x, const struct start *st)
 	delete_quiet(x, "secrets", st->names.secret);
 }
 
+/* A VM create that got no answer may still land after the way back deleted
+ * "nothing" (404) and the capacity lock was released: capacity would
+ * overshoot by one. Still under the lock, look until the VM shows up (then
+ * the way back deletes it, and a terminating VM still counts) or the API
+ * server's own handling of that request must be over. */
+static void confirm_vm(struct labctx *x, const struct start *st)
+{
+	char *path = kube_path("virtualmachines", x->cfg->namespace_, st->names.vm);
+	double until = util_mono_s() + x->cfg->kube_timeout_ms / 1000.0;
+	long code;
+	while ((code = kube_get(&x->kube, path, NULL)) != 200 && util_mono_s() < until)
+		nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+	log_warn("VM %s: the create got no answer; the VM %s", st->names.vm,
+	         code == 200 ? "exists (it is deleted now)"
+	                     : "did not appear (nothing to delete)");
+	free(path);
+}
+
 /* Create the Secret and the VM and tie them; on failure say why. From the
  * first request on st->created is set: the way back deletes both whatever
  * failed (a request that timed out may still have created its object, and
@@ -163,6 +182,8 @@ static int submit(struct req *r, struct start *st, char *why, size_t whylen)
 	if ((code != 201 && code != 200) || !uid) {
 		snprintf(why, whylen, "creating the VirtualMachine: %s",
 		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		if (code == 0)
+			confirm_vm(x, st);
 		goto out;
 	}
 	patch = manifest_owner_patch(st->names.vm, uid);
@@ -205,6 +226,67 @@ static int parse_start(struct req *r, struct start *st)
 	return 0;
 }
 
+/* A lock not granted within lock_timeout: 503 capacity_busy + Retry-After;
+ * any other database failure is the usual database trouble. */
+static enum step lock_busy(struct req *r, struct start *st, const char *why)
+{
+	const struct cfg *c = r->x->cfg;
+	if (strcmp(r->x->db.sqlstate, DB_LOCK_NOT_AVAILABLE) != 0)
+		return STEP_DB;
+	int after = (c->capacity_lock_timeout_ms + 999) / 1000;
+	char msg[256];
+	snprintf(msg, sizeof msg, "%s: try again in a few seconds", why);
+	log_warn("user %s: lock not granted within %d ms (%s)", r->user,
+	         c->capacity_lock_timeout_ms, why);
+	refuse(st, E_CAPACITY_BUSY, msg);
+	jx_add_num(st->answer, "retry_after_s", after);
+	resp_header(r, "Retry-After", "%d", after);
+	return STEP_REFUSED;
+}
+
+/* start_rate_max starts per user within start_rate_window_s (counted in the
+ * session rows, under the user lock): a script that starts and ends in a
+ * loop cannot keep the class at capacity_full. */
+static enum step rate_limit(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	char win[16], max[16];
+	if (c->start_rate_max <= 0)
+		return STEP_OK;
+	snprintf(win, sizeof win, "%d", c->start_rate_window_s);
+	snprintf(max, sizeof max, "%d", c->start_rate_max);
+	const char *p[4] = {c->environment, r->user, win, max};
+	PGresult *res = db_exec(
+	    &x->db,
+	    "SELECT count(*), ceil(extract(epoch from min(created_at) + "
+	    "make_interval(secs => $3::int) - clock_timestamp())) FROM (SELECT created_at "
+	    "FROM sessions WHERE environment = $1 AND user_name = $2 AND created_at > "
+	    "clock_timestamp() - make_interval(secs => $3::int) ORDER BY created_at DESC "
+	    "LIMIT $4::int) recent",
+	    4, p);
+	if (!res)
+		return STEP_DB;
+	long n = atol(PQgetvalue(res, 0, 0));
+	const char *left = db_val(res, 0, 1);
+	long after = left ? atol(left) : 1;
+	PQclear(res);
+	if (n < c->start_rate_max)
+		return STEP_OK;
+	if (after < 1)
+		after = 1;
+	char msg[256];
+	snprintf(msg, sizeof msg,
+	         "you started %d labs within %d s: wait %ld s before starting another",
+	         c->start_rate_max, c->start_rate_window_s, after);
+	log_warn("user %s: start refused, %ld starts within %d s", r->user, n,
+	         c->start_rate_window_s);
+	refuse(st, E_TOO_MANY_STARTS, msg);
+	jx_add_num(st->answer, "retry_after_s", (double)after);
+	resp_header(r, "Retry-After", "%ld", after);
+	return STEP_REFUSED;
+}
+
 /* Admission (1-5): may this user start a lab now, and on which disk? */
 static enum step admit(struct req *r, struct start *st)
 {
@@ -213,12 +295,17 @@ static enum step admit(struct req *r, struct start *st)
 	struct session s;
 	char detail[600];
 
-	/* 1-2: one start at a time per user; an open session is the answer */
+	/* 1-2: one start at a time per user; an open session is the answer. No
+	 * lock is waited for longer than capacity_lock_timeout_ms: a slow cluster
+	 * or a frozen holder turns into 503 capacity_busy, not a queue of workers */
 	const char *pu[2] = {c->environment, r->user};
-	if (db_begin(&x->db) < 0 ||
-	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
-	           2, pu) < 0)
+	char lt[64];
+	snprintf(lt, sizeof lt, "SET LOCAL lock_timeout = %d", c->capacity_lock_timeout_ms);
+	if (db_begin(&x->db) < 0 || db_cmd(&x->db, lt, 0, NULL) < 0)
 		return STEP_DB;
+	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
+	           2, pu) < 0)
+		return lock_busy(r, st, "another start of yours is still in progress");
 	int rc = session_load_active(x, r->user, &s);
 	if (rc == SESSION_DBERR)
 		return STEP_DB;
@@ -228,6 +315,9 @@ static enum step admit(struct req *r, struct start *st)
 		session_free(&s);
 		return STEP_REFUSED;
 	}
+	rc = rate_limit(r, st);
+	if (rc != STEP_OK)
+		return rc;
 
 	/* 3: the golden disk, or the silent fallback */
 	st->disk = st->lesson->disk;
@@ -250,7 +340,7 @@ static enum step admit(struct req *r, struct start *st)
 	if (code != 200 || st->in_use < c->vm_capacity) {
 		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
 		    0)
-			return STEP_DB;
+			return lock_busy(r, st, "many labs are starting right now");
 		code = count_lab_vms(x, &st->in_use);
 	}
 	if (code != 200) {
@@ -267,6 +357,26 @@ static enum step admit(struct req *r, struct start *st)
 		return STEP_REFUSED;
 	}
 	return STEP_OK;
+}
+
+/* COMMIT failed: when the connection was lost, the commit may have happened
+ * or not. Ask again on a new connection so that the answer and the row agree:
+ * 0 it happened (the session stands), -1 it did not (the way back undoes). */
+static int commit_lost(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	struct session s;
+	log_err("user %s: COMMIT of session %s failed: %s", r->user, st->sid, x->db.msg);
+	if (db_ensure(&x->db) < 0)
+		return -1;
+	int rc = session_load(x, st->sid, &s);
+	session_free(&s);
+	if (rc == SESSION_FOUND) {
+		log_warn("user %s: session %s was committed after all (the reply was lost)",
+		         r->user, st->sid);
+		return 0;
+	}
+	return -1;
 }
 
 /* Submission (6-7): the session row, the cluster objects, the commit. */
@@ -290,13 +400,15 @@ static enum step submission(struct req *r, struct start *st)
 	const char *ps[1] = {st->sid};
 	if (db_cmd(&x->db,
 	           "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid", 1,
-	           ps) < 0 ||
-	    db_commit(&x->db) < 0) {
+	           ps) < 0) {
 		log_err("user %s: database failed after submitting %s: %s", r->user, st->names.vm,
 		        x->db.msg);
 		return refuse(st, E_DB_UNAVAILABLE,
 		              "the database is unavailable: try again shortly");
 	}
+	if (db_commit(&x->db) < 0 && commit_lost(r, st) < 0)
+		return refuse(st, E_DB_UNAVAILABLE,
+		              "the database is unavailable: try again shortly");
 	st->created = 0; /* committed: the objects are the session's now */
 	return STEP_OK;
 }
@@ -390,32 +502,63 @@ static char *step_output(const cJSON *res)
 	return b.p;
 }
 
-enum hres api_session_grade(struct req *r)
+/* The whole grade's deadline: the lesson's grade_timeout_s, else its steps'
+ * timeouts (+5 s each for the round trip), never more than grade_timeout_s. */
+static int grade_deadline_s(const struct cfg *c, const struct lesson *l)
+{
+	long sum = 0;
+	for (size_t i = 0; i < l->nsteps; i++)
+		sum += (l->steps[i].timeout_s ? l->steps[i].timeout_s : c->agent_run_timeout_s) + 5;
+	if (l->grade_timeout_s)
+		sum = l->grade_timeout_s;
+	if (sum < 1)
+		sum = 1;
+	return sum > c->grade_timeout_s ? c->grade_timeout_s : (int)sum;
+}
+
+static void step_not_run(cJSON *steps, const struct grader_step *gs, int deadline)
+{
+	char out[160];
+	snprintf(out, sizeof out, "not run: the grade's deadline (%d s) passed", deadline);
+	cJSON *e = jx_obj();
+	jx_add_str(e, "name", gs->name);
+	jx_add_bool(e, "passed", 0);
+	jx_add_str(e, "output", out);
+	jx_add_null(e, "exit_code");
+	jx_add_bool(e, "timed_out", 1);
+	jx_push(steps, e);
+}
+
+/* Run the steps against the session's VMI within the deadline: 0 and the
+ * steps; -1 the agent could not be reached (msg). */
+static int grade_steps(struct req *r, const struct lesson *l, struct session_vm *vm,
+                       int deadline, cJSON *steps, int *passed, char *msg, size_t msglen)
 {
 	struct labctx *x = r->x;
-	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
-	const struct lesson *l = lessons_find(x->lessons, s->lesson);
-	int passed = 0;
-
-	if (!l) {
-		resp_error(r, E_LESSON_GONE, "lesson \"%s\" is no longer offered", s->lesson);
-		return H_DONE;
-	}
-	cJSON *o = jx_obj();
-	cJSON *steps = jx_arr();
+	const struct session *s = r->sess;
+	double end = util_mono_s() + deadline;
 	for (size_t i = 0; i < l->nsteps; i++) {
 		const struct grader_step *gs = &l->steps[i];
 		cJSON *res = NULL;
 		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
-		if (agent_run(&x->agent, s->vms[0].ip, x->cfg->agent_port, s->vms[0].token,
-		              gs->command, timeout, &res) < 0) {
+		long left_ms = (long)((end - util_mono_s()) * 1000.0);
+		if (left_ms < 500) {
+			step_not_run(steps, gs, deadline);
+			continue;
+		}
+		if (timeout * 1000L > left_ms)
+			timeout = (int)(left_ms / 1000) > 0 ? (int)(left_ms / 1000) : 1;
+		if (agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command, timeout,
+		              left_ms, &res) < 0) {
 			log_warn("session %s: grading step %zu: %s", s->id, i + 1, x->agent.msg);
-			cJSON_Delete(o);
-			cJSON_Delete(steps);
-			resp_error(r, E_AGENT_UNREACHABLE,
-			           "the grading agent in your VM did not answer (%s)",
-			           x->agent.msg);
-			return H_DONE;
+			snprintf(msg, msglen, "%s", x->agent.msg);
+			/* after an agent failure the VMI is read again before the next call */
+			const char *p[2] = {s->id, vm->name};
+			db_cmd(&x->db,
+			       "UPDATE session_vms SET vmi_uid = NULL WHERE session_id = $1::uuid "
+			       "AND vm_name = $2",
+			       2, p);
+			return -1;
 		}
 		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
 		const cJSON *to = cJSON_GetObjectItemCaseSensitive(res, "timed_out");
@@ -432,9 +575,56 @@ enum hres api_session_grade(struct req *r)
 		if (cJSON_IsTrue(to))
 			jx_add_bool(e, "timed_out", 1);
 		jx_push(steps, e);
-		passed += ok;
+		*passed += ok;
 		free(out);
 		cJSON_Delete(res);
+	}
+	return 0;
+}
+
+/* One grade per session at a time (409 grade_running), one deadline for the
+ * whole grade, and the token only to this session's VMI (read again first):
+ * a frozen or slow agent costs its student one worker for one deadline and
+ * the class nothing. */
+enum hres api_session_grade(struct req *r)
+{
+	struct labctx *x = r->x;
+	struct session *s = r->sess; /* ready, with a VM (NEED_READY) */
+	const struct lesson *l = lessons_find(x->lessons, s->lesson);
+	int passed = 0;
+	char msg[512];
+
+	if (!l) {
+		resp_error(r, E_LESSON_GONE, "lesson \"%s\" is no longer offered", s->lesson);
+		return H_DONE;
+	}
+	int deadline = grade_deadline_s(x->cfg, l);
+	int got = session_lease_take(x, s->id, LEASE_GRADE, (deadline + 10) * 1000L);
+	if (got < 0)
+		return api_db_error(r);
+	if (got == 0) {
+		cJSON *o = error_json(E_GRADE_RUNNING,
+		                      "a grade of this lab is still running: wait for its result");
+		jx_add_num(o, "retry_after_s", 2);
+		resp_header(r, "Retry-After", "2");
+		resp_error_json(r, E_GRADE_RUNNING, o);
+		return H_DONE;
+	}
+	struct session_vm *vm = &s->vms[0];
+	if (session_vmi_check(x, s, vm, msg, sizeof msg) < 0) {
+		session_lease_release(x, s->id, LEASE_GRADE);
+		resp_error(r, E_AGENT_UNREACHABLE, "the grading agent cannot be reached: %s", msg);
+		return H_DONE;
+	}
+	cJSON *o = jx_obj();
+	cJSON *steps = jx_arr();
+	if (grade_steps(r, l, vm, deadline, steps, &passed, msg, sizeof msg) < 0) {
+		session_lease_release(x, s->id, LEASE_GRADE);
+		cJSON_Delete(o);
+		cJSON_Delete(steps);
+		resp_error(r, E_AGENT_UNREACHABLE, "the grading agent in your VM did not answer (%s)",
+		           msg);
+		return H_DONE;
 	}
 	jx_add_num(o, "passed", passed);
 	jx_add_num(o, "total", (double)l->nsteps);
@@ -442,10 +632,12 @@ enum hres api_session_grade(struct req *r)
 	char *json = jx_print(o);
 	const char *p[2] = {s->id, json};
 	if (db_cmd(&x->db,
-	           "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp() "
-	           "WHERE id = $1::uuid",
-	           2, p) < 0)
+	           "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp(), "
+	           "grade_until = NULL WHERE id = $1::uuid",
+	           2, p) < 0) {
 		log_warn("session %s: storing the grade failed: %s", s->id, x->db.msg);
+		session_lease_release(x, s->id, LEASE_GRADE);
+	}
 	cJSON_free(json);
 	log_info("session %s (%s, %s): graded %d/%zu", s->id, s->user, s->lesson, passed,
 	         l->nsteps);

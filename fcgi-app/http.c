@@ -31,6 +31,10 @@ static const struct {
     [E_DB_UNAVAILABLE] = {"db_unavailable", 503},
     [E_CLUSTER_UNAVAILABLE] = {"cluster_unavailable", 503},
     [E_CAPACITY_FULL] = {"capacity_full", 503},
+    [E_GRADE_RUNNING] = {"grade_running", 409},
+    [E_TOO_MANY_STARTS] = {"too_many_starts", 429},
+    [E_CAPACITY_BUSY] = {"capacity_busy", 503},
+    [E_USER_TOO_LONG] = {"bad_request", 400},
 };
 
 static const char *status_text(int s)
@@ -56,6 +60,8 @@ static const char *status_text(int s)
 		return "Payload Too Large";
 	case 415:
 		return "Unsupported Media Type";
+	case 429:
+		return "Too Many Requests";
 	case 500:
 		return "Internal Server Error";
 	case 501:

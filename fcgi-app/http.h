@@ -35,6 +35,10 @@ enum api_err {
 	E_DB_UNAVAILABLE,         /* 503 db_unavailable */
 	E_CLUSTER_UNAVAILABLE,    /* 503 cluster_unavailable */
 	E_CAPACITY_FULL,          /* 503 capacity_full */
+	E_GRADE_RUNNING,          /* 409 grade_running */
+	E_TOO_MANY_STARTS,        /* 429 too_many_starts */
+	E_CAPACITY_BUSY,          /* 503 capacity_busy */
+	E_USER_TOO_LONG,          /* 400 bad_request (REMOTE_USER longer than tickets allow) */
 };
 
 struct req {

@@ -326,11 +326,20 @@ int main(int argc, char **argv)
 		log_err("config: %s", err);
 		return 1;
 	}
+	if (grace >= 0 && grace < cfg_min_orphan_grace_s(&cfg)) {
+		log_err("--grace %d is shorter than the longest start (%d s): the reaper would "
+		        "delete the objects of a start in flight",
+		        grace, cfg_min_orphan_grace_s(&cfg));
+		return 2;
+	}
 	if (grace >= 0)
 		cfg.orphan_grace_s = grace;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (labctx_init(&x, &cfg, &none) < 0)
 		return 1;
+	/* the reaper's lock is session-level: a reaper frozen or cut off between
+	 * statements loses its connection (and the lock) after this long idle */
+	x.db.idle_session_timeout_s = 2 * cfg.kube_timeout_ms / 1000 + 30;
 
 	const char *pl[1] = {cfg.environment};
 	PGresult *lr =

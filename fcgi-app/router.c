@@ -11,6 +11,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "session.h"
+#include "ticket.h"
 
 struct route {
 	const char *method;
@@ -30,8 +31,8 @@ static const struct route routes[] = {
      NULL},
     {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL},
     {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL},
-    {"POST", "/api/sessions/*/grade", api_session_grade,
-     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
+    {"POST", "/api/sessions/*/grade", api_session_grade, OWN_SESSION | NEED_JSON | NEED_READY,
+     "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
 };
@@ -119,6 +120,12 @@ static enum hres run(struct req *r, const struct route *rt)
 {
 	if ((rt->needs & NEED_USER) && !r->user) {
 		resp_error(r, E_UNAUTHENTICATED, "no authenticated user (REMOTE_USER)");
+		return H_DONE;
+	}
+	if ((rt->needs & NEED_USER) && strlen(r->user) > TICKET_USER_MAX) {
+		resp_error(r, E_USER_TOO_LONG,
+		           "the user name is %zu bytes long; labvm accepts at most %d bytes",
+		           strlen(r->user), TICKET_USER_MAX);
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {

@@ -72,7 +72,7 @@ enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const ch
 }
 
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,
-              int timeout_s, cJSON **result)
+              int timeout_s, long max_ms, cJSON **result)
 {
 	cJSON *req = jx_obj();
 	long code;
@@ -80,7 +80,8 @@ int agent_run(struct agent *a, const char *ip, int port, const char *token, cons
 	*result = NULL;
 	jx_add_str(req, "cmd", cmd);
 	jx_add_num(req, "timeout_s", timeout_s);
-	code = call(a, ip, port, token, "/run", req, (long)(timeout_s + 5) * 1000L);
+	long wait_ms = (long)(timeout_s + 5) * 1000L;
+	code = call(a, ip, port, token, "/run", req, max_ms > 0 && max_ms < wait_ms ? max_ms : wait_ms);
 	cJSON_Delete(req);
 	if (code != 200) {
 		if (code)

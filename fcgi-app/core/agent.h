@@ -29,9 +29,10 @@ enum agent_ready {
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
                              int timeout_ms, cJSON **detail);
 
-/* POST /run {"cmd", "timeout_s"}: 0 and *result = {"exit_code","stdout","stderr",...};
+/* POST /run {"cmd", "timeout_s"}, waiting at most timeout_s + 5 s and at most
+ * max_ms for the answer: 0 and *result = {"exit_code","stdout","stderr",...};
  * -1 when the agent could not be reached or answered badly (a->msg). */
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,
-              int timeout_s, cJSON **result);
+              int timeout_s, long max_ms, cJSON **result);
 
 #endif

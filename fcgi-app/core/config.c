@@ -60,6 +60,11 @@ static const struct cfg_key keys[] = {
     I(console_max_per_session, "8", 1, 100000),
     I(orphan_grace_s, "120", 0, 86400),
     S(log_level, "info"),
+    I(grade_timeout_s, "120", 5, 3600),
+    I(start_rate_max, "10", 0, 100000),
+    I(start_rate_window_s, "600", 1, 86400),
+    I(capacity_lock_timeout_ms, "5000", 100, 600000),
+    I(db_idle_tx_timeout_s, "60", 2, 3600),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -100,6 +105,14 @@ static int set_value(struct cfg *c, const struct cfg_key *k, const char *v, char
 	return 0;
 }
 
+int cfg_min_orphan_grace_s(const struct cfg *c)
+{
+	/* two lock waits and the seven cluster calls of one start (golden disk,
+	 * two counts, three creates, the check of a create that timed out) */
+	long ms = 2L * c->capacity_lock_timeout_ms + 7L * c->kube_timeout_ms;
+	return (int)(ms / 1000) + 10;
+}
+
 static int validate(struct cfg *c, char *err, size_t errlen)
 {
 	if (!util_label_value_ok(c->environment) || !*c->environment) {
@@ -123,6 +136,15 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		c->base_path[--n] = '\0';
 	if (!*c->label_prefix || strlen(c->label_prefix) > 200 || strchr(c->label_prefix, '/')) {
 		snprintf(err, errlen, "label_prefix: '%s' is not a DNS subdomain", c->label_prefix);
+		return -1;
+	}
+	if (c->orphan_grace_s < cfg_min_orphan_grace_s(c)) {
+		snprintf(err, errlen,
+		         "orphan_grace_s: %d is shorter than the longest start (%d s with "
+		         "kube_timeout_ms %d and capacity_lock_timeout_ms %d): the reaper would "
+		         "delete the objects of a start in flight",
+		         c->orphan_grace_s, cfg_min_orphan_grace_s(c), c->kube_timeout_ms,
+		         c->capacity_lock_timeout_ms);
 		return -1;
 	}
 	enum log_level lv;

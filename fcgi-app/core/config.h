@@ -37,6 +37,12 @@ struct cfg {
 	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
 	char *log_level;
+	/* issue #13: no student and no slow dependency stalls the class */
+	int grade_timeout_s;          /* upper bound of one whole grade */
+	int start_rate_max;           /* starts per user per window (0: no limit) */
+	int start_rate_window_s;
+	int capacity_lock_timeout_ms; /* wait for the capacity lock at most this long */
+	int db_idle_tx_timeout_s;     /* idle_in_transaction_session_timeout */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
@@ -54,6 +60,9 @@ enum cfg_needs {
 
 /* Load and validate. On error returns -1 with a message in err. */
 int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
+/* The smallest orphan grace that cannot race a start in flight: the longest
+ * submission (lock waits, the cluster calls of one start) plus a margin. */
+int cfg_min_orphan_grace_s(const struct cfg *c);
 /* Path of the config file: $LABVM_CONF or the default. */
 const char *cfg_path(void);
 void cfg_free(struct cfg *c);

@@ -30,9 +30,26 @@ static void set_msg(struct db *d, const char *what, const char *m)
 	util_rstrip(d->msg);
 }
 
+PGconn *db_connect(const char *conninfo, int connect_timeout_s)
+{
+	char ct[16];
+	snprintf(ct, sizeof ct, "%d", connect_timeout_s > 0 ? connect_timeout_s : 5);
+	/* defaults first: the expanded conninfo (dbname) overrides them */
+	const char *const keys[] = {"connect_timeout",     "keepalives",     "keepalives_idle",
+	                            "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+	                            "dbname",              NULL};
+	const char *const vals[] = {ct, "1", "10", "5", "3", "25000", conninfo, NULL};
+	return PQconnectdbParams(keys, vals, 1);
+}
+
 static int setup_session(struct db *d)
 {
-	PGresult *r = PQexec(d->conn, "SET TIME ZONE 'UTC'; SET application_name = 'labvm'");
+	char sql[256];
+	snprintf(sql, sizeof sql,
+	         "SET TIME ZONE 'UTC'; SET application_name = 'labvm'; "
+	         "SET idle_in_transaction_session_timeout = %d; SET idle_session_timeout = %d",
+	         d->idle_tx_timeout_s * 1000, d->idle_session_timeout_s * 1000);
+	PGresult *r = PQexec(d->conn, sql);
 	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	if (!ok)
 		set_msg(d, "database setup", PQresultErrorMessage(r));
@@ -47,7 +64,7 @@ int db_ensure(struct db *d)
 	if (d->conn)
 		PQreset(d->conn);
 	else
-		d->conn = PQconnectdb(d->conninfo);
+		d->conn = db_connect(d->conninfo, 5);
 	if (!d->conn) {
 		set_msg(d, "database", "out of memory");
 		return -1;
@@ -67,6 +84,7 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	PGresult *r;
 	ExecStatusType st;
 
+	d->sqlstate[0] = '\0';
 	if (db_ensure(d) < 0)
 		return NULL;
 	r = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
@@ -75,6 +93,8 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
 		return r;
 	set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+	const char *ss = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	snprintf(d->sqlstate, sizeof d->sqlstate, "%s", ss ? ss : "");
 	if (PQstatus(d->conn) != CONNECTION_OK)
 		d->broken = 1;
 	log_debug("sql failed: %s", d->msg);

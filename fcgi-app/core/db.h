@@ -6,13 +6,24 @@
 
 #include <libpq-fe.h>
 
+#include "pgconn.h"
+
 struct db {
 	PGconn *conn;
 	const char *conninfo; /* borrowed from the config */
 	int broken;           /* the last failure was a lost connection */
 	char msg[512];        /* last error (server message; no secrets) */
 	double ms;            /* time spent in queries since db_reset_timer */
+	char sqlstate[6];     /* SQLSTATE of the last failure ("" when none) */
+	/* set by the owner before the first query (0: the server's default) */
+	int idle_tx_timeout_s;      /* idle_in_transaction_session_timeout */
+	int idle_session_timeout_s; /* idle_session_timeout (session-level locks) */
 };
+
+
+/* SQLSTATE 55P03: a lock_timeout ran out. */
+#define DB_LOCK_NOT_AVAILABLE "55P03"
+
 
 void db_init(struct db *d, const char *conninfo);
 void db_close(struct db *d);

@@ -10,6 +10,7 @@ int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls)
 	x->cfg = c;
 	x->lessons = ls;
 	db_init(&x->db, c->database);
+	x->db.idle_tx_timeout_s = c->db_idle_tx_timeout_s;
 	if (kube_init(&x->kube, c) < 0) {
 		log_err("cluster client: %s", x->kube.msg);
 		return -1;

@@ -138,8 +138,18 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	    get_int(o, "cpus", 1, 1, 64, &l->cpus, err, errlen) < 0 ||
 	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) <
 	        0 ||
-	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0)
+	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0 ||
+	    get_int(o, "grade_timeout_s", 0, 1, 3600, &l->grade_timeout_s, err, errlen) < 0)
 		goto fail;
+	/* minutes count from ready: a start may take both deadlines, and a lab
+	 * shorter than that is a mistake in the lesson */
+	if ((long)l->minutes * 60 < (long)l->running_timeout_s + l->ready_timeout_s) {
+		snprintf(err, errlen,
+		         "\"minutes\" (%d min) is shorter than the start deadlines "
+		         "running_timeout_s + ready_timeout_s (%d s)",
+		         l->minutes, l->running_timeout_s + l->ready_timeout_s);
+		goto fail;
+	}
 	if (!l->memory)
 		l->memory = xstrdup("1Gi");
 	if (!match("^[1-9][0-9]*(Mi|Gi|Ti)$", l->memory)) {

@@ -41,6 +41,7 @@ struct lesson {
 	char *setup; /* shell script; NULL = nothing to set up */
 	struct grader_step *steps;
 	size_t nsteps;
+	int grade_timeout_s; /* the whole grade's deadline; 0 = from the steps */
 };
 
 struct lessons {

@@ -72,11 +72,11 @@ static double num(const PGresult *r, int c)
 }
 
 /* The session's VMs arrive with the row, as a JSON array of
- * [vm_name, secret_name, agent_token, ip, deleted] (one round trip per load:
+ * [vm_name, secret_name, agent_token, ip, deleted, vmi_uid] (one round trip per load:
  * every browser polls its session once a second). */
 #define SESSION_VMS                                                                                \
 	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "       \
-	"deleted_at IS NOT NULL) ORDER BY created_at, vm_name), '[]') "                            \
+	"deleted_at IS NOT NULL, vmi_uid) ORDER BY created_at, vm_name), '[]') "                   \
 	"FROM session_vms WHERE session_id = sessions.id)"
 
 static int parse_vms(const char *json, struct session *s)
@@ -89,8 +89,8 @@ static int parse_vms(const char *json, struct session *s)
 	s->vms = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *s->vms);
 	cJSON_ArrayForEach(it, a)
 	{
-		const cJSON *f[5];
-		for (int i = 0; i < 5; i++)
+		const cJSON *f[6];
+		for (int i = 0; i < 6; i++)
 			f[i] = cJSON_GetArrayItem(it, i);
 		if (!cJSON_IsString(f[0]) || !cJSON_IsString(f[1]) || !cJSON_IsString(f[2]))
 			continue;
@@ -100,6 +100,7 @@ static int parse_vms(const char *json, struct session *s)
 		v->token = xstrdup(f[2]->valuestring);
 		v->ip = cJSON_IsString(f[3]) ? xstrdup(f[3]->valuestring) : NULL;
 		v->deleted = cJSON_IsTrue(f[4]);
+		v->vmi_uid = cJSON_IsString(f[5]) ? xstrdup(f[5]->valuestring) : NULL;
 	}
 	cJSON_Delete(a);
 	return 0;
@@ -195,6 +196,7 @@ void session_free(struct session *s)
 		free(s->vms[i].secret);
 		util_free_secret(s->vms[i].token);
 		free(s->vms[i].ip);
+		free(s->vms[i].vmi_uid);
 	}
 	free(s->vms);
 	memset(s, 0, sizeof *s);
@@ -303,6 +305,95 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 	return reload(x, s);
 }
 
+/* ------------------------------------------------------------------ leases */
+
+static const char *const lease_take_sql[] = {
+    [LEASE_PROBE] = "UPDATE sessions SET probe_until = clock_timestamp() + "
+                    "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid AND "
+                    "(probe_until IS NULL OR probe_until < clock_timestamp()) RETURNING 1",
+    [LEASE_GRADE] = "UPDATE sessions SET grade_until = clock_timestamp() + "
+                    "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid AND "
+                    "(grade_until IS NULL OR grade_until < clock_timestamp()) RETURNING 1",
+};
+static const char *const lease_release_sql[] = {
+    [LEASE_PROBE] = "UPDATE sessions SET probe_until = NULL WHERE id = $1::uuid",
+    [LEASE_GRADE] = "UPDATE sessions SET grade_until = NULL WHERE id = $1::uuid",
+};
+
+int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms)
+{
+	char v[32];
+	snprintf(v, sizeof v, "%ld", ms);
+	const char *p[2] = {id, v};
+	PGresult *r = db_exec(&x->db, lease_take_sql[k], 2, p);
+	if (!r)
+		return -1;
+	int got = PQntuples(r) > 0;
+	PQclear(r);
+	return got;
+}
+
+void session_lease_release(struct labctx *x, const char *id, enum session_lease_kind k)
+{
+	const char *p[1] = {id};
+	if (db_cmd(&x->db, lease_release_sql[k], 1, p) < 0)
+		log_warn("session %s: releasing a lease failed (it runs out by itself): %s", id,
+		         x->db.msg);
+}
+
+/* ------------------------------------------------------------------ the VMI */
+
+int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm,
+                      char *msg, size_t msglen)
+{
+	const struct cfg *c = x->cfg;
+	char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
+	cJSON *vmi = NULL;
+	long code = kube_get(&x->kube, path, &vmi);
+	int rc = -1;
+	free(path);
+	const char *name = kj_str(vmi, "metadata.name");
+	const char *uid = kj_str(vmi, "metadata.uid");
+	const cJSON *labels = kj_get(vmi, "metadata.labels");
+	const cJSON *sidl = cJSON_GetObjectItemCaseSensitive(labels, c->label.session_id);
+	const char *phase = kj_str(vmi, "status.phase");
+	const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
+	if (code == 404) {
+		snprintf(msg, msglen, "your VM is not running (no VirtualMachineInstance)");
+	} else if (code != 200) {
+		snprintf(msg, msglen, "the cluster did not answer: %s", x->kube.msg);
+	} else if (!name || strcmp(name, vm->name) != 0 || !uid || !cJSON_IsString(sidl) ||
+	           strcmp(sidl->valuestring, s->id) != 0) {
+		/* never send this session's token to a VMI that is not this session's */
+		snprintf(msg, msglen, "the VirtualMachineInstance %s is not this session's",
+		         vm->name);
+		log_warn("session %s: VMI %s does not carry this session's id: not contacted",
+		         s->id, vm->name);
+	} else if (!phase || strcmp(phase, "Running") != 0 || !ip) {
+		snprintf(msg, msglen, "your VM is not running (VMI phase %s%s)",
+		         phase ? phase : "none", ip ? "" : ", no address");
+	} else {
+		if (!vm->ip || strcmp(vm->ip, ip) != 0 || !vm->vmi_uid ||
+		    strcmp(vm->vmi_uid, uid) != 0) {
+			const char *p[4] = {s->id, vm->name, ip, uid};
+			if (vm->ip && strcmp(vm->ip, ip) != 0)
+				log_info("session %s: VMI %s has a new address (uid %s)", s->id,
+				         vm->name, uid);
+			db_cmd(&x->db,
+			       "UPDATE session_vms SET ip = $3, vmi_uid = $4 "
+			       "WHERE session_id = $1::uuid AND vm_name = $2",
+			       4, p);
+			free(vm->ip);
+			free(vm->vmi_uid);
+			vm->ip = xstrdup(ip);
+			vm->vmi_uid = xstrdup(uid);
+		}
+		rc = 0;
+	}
+	cJSON_Delete(vmi);
+	return rc;
+}
+
 static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -352,16 +443,16 @@ static int advance_running(struct labctx *x, struct session *s, struct session_v
 	free(path);
 	if (phase && strcmp(phase, "Running") == 0) {
 		const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
-		const char *p[3] = {s->id, ip, vm->name};
+		const char *p[4] = {s->id, ip, vm->name, kj_str(vmi, "metadata.uid")};
 		if (db_cmd(
 		        &x->db,
 		        "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
 		        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
 		        1, p) < 0 ||
 		    (ip && db_cmd(&x->db,
-		                  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
-		                  "AND vm_name = $3",
-		                  3, p) < 0))
+		                  "UPDATE session_vms SET ip = $2, vmi_uid = $4 "
+		                  "WHERE session_id = $1::uuid AND vm_name = $3",
+		                  4, p) < 0))
 			rc = -1;
 		else
 			rc = reload(x, s);
@@ -399,27 +490,26 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 	enum agent_ready r = AGENT_UNREACHABLE;
 	int rc = 0;
 
-	if (!vm->ip) {
-		/* Running was seen before the VMI reported its address: ask again */
-		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
-		cJSON *vmi = NULL;
-		if (kube_get(&x->kube, path, &vmi) == 200) {
-			const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
-			if (ip) {
-				const char *p[3] = {s->id, ip, vm->name};
-				db_cmd(&x->db,
-				       "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
-				       "AND vm_name = $3",
-				       3, p);
-				vm->ip = xstrdup(ip);
-			}
-		}
-		cJSON_Delete(vmi);
-		free(path);
-	}
-	if (vm->ip)
+	char why[256] = "no address yet";
+	/* Running was seen before the VMI reported its address, or the last
+	 * probe failed (a restarted VMI has a new address): read the VMI again;
+	 * the token goes only to this session's VMI */
+	int ok = vm->ip && vm->vmi_uid; /* vmi_uid is cleared after a failed call */
+	if (!ok)
+		ok = session_vmi_check(x, s, vm, why, sizeof why) == 0;
+	if (ok) {
 		r = agent_ready(&x->agent, vm->ip, c->agent_port, vm->token,
 		                c->agent_ready_timeout_ms, &detail);
+		if (r == AGENT_UNREACHABLE) {
+			const char *p[2] = {s->id, vm->name};
+			free(vm->vmi_uid);
+			vm->vmi_uid = NULL;
+			db_cmd(&x->db,
+			       "UPDATE session_vms SET vmi_uid = NULL WHERE session_id = $1::uuid "
+			       "AND vm_name = $2",
+			       2, p);
+		}
+	}
 	if (r == AGENT_READY) {
 		const char *p[1] = {s->id};
 		rc = db_cmd(&x->db,
@@ -443,7 +533,7 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 		          tail ? tail : "");
 	} else if (overdue) {
 		rc = fail(x, s, "the lab was not ready %d s after the VM started (agent: %s)%s%s",
-		          s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
+		          s->ready_timeout_s, st ? st : (ok ? x->agent.msg : why),
 		          tail && *tail ? ": " : "", tail ? tail : "");
 	}
 out:
@@ -456,7 +546,9 @@ struct session_due session_due(const struct session *s, double now)
 	struct session_due d = {DUE_NOTHING, 0, 0};
 	if (!session_active(s))
 		return d;
-	if (s->t_expires > 0 && now >= s->t_expires) {
+	/* minutes count from ready (README): a starting session is bounded by
+	 * its start deadlines, not by created_at + minutes */
+	if (s->state == SESSION_READY && s->t_expires > 0 && now >= s->t_expires) {
 		d.what = DUE_EXPIRE;
 		d.deadline = s->t_expires;
 	} else if (s->state != SESSION_STARTING || s->ready_at) {
@@ -489,15 +581,28 @@ int session_advance(struct labctx *x, struct session *s)
 	case DUE_NO_VM:
 		return fail(x, s, "the session has no VM");
 	case DUE_RUNNING:
-		if (advance_running(x, s, &s->vms[0], d.overdue) < 0)
-			return -1;
-		/* Running just now (s was reloaded): look for the ready flag at once */
-		d = session_due(s, s->t_now);
-		if (d.what != DUE_READY)
-			return 0;
-		/* fall through */
 	case DUE_READY:
-		return advance_ready(x, s, &s->vms[0], d.overdue);
+		break;
 	}
-	return 0;
+	/* At most one probe (cluster, agent) in flight per session: the other
+	 * polls answer from the last known state. The lease outlives the longest
+	 * probe; a holder that died lets it run out. */
+	const struct cfg *c = x->cfg;
+	char *id = xstrdup(s->id);
+	long lease_ms = 3L * c->kube_timeout_ms + c->agent_ready_timeout_ms + 1000;
+	int got = session_lease_take(x, id, LEASE_PROBE, lease_ms);
+	int rc = got < 0 ? -1 : 0;
+	if (got > 0) {
+		if (d.what == DUE_RUNNING) {
+			rc = advance_running(x, s, &s->vms[0], d.overdue);
+			/* Running just now (s was reloaded): look for the ready flag at once */
+			if (rc == 0)
+				d = session_due(s, s->t_now);
+		}
+		if (rc == 0 && d.what == DUE_READY && s->nvms)
+			rc = advance_ready(x, s, &s->vms[0], d.overdue);
+		session_lease_release(x, id, LEASE_PROBE);
+	}
+	free(id);
+	return rc;
 }

@@ -28,6 +28,7 @@ struct session_vm {
 	char *secret;
 	char *token; /* agent bearer token: secret, never in JSON or logs */
 	char *ip;
+	char *vmi_uid; /* the VMI ip belongs to; NULL: read the VMI before the next agent call */
 	int deleted;
 };
 
@@ -74,7 +75,8 @@ int session_stage_parse(const char *v);
  * deadline rules, shared by session_advance() and the reaper's dry run. Pure:
  * no I/O, it reads only the loaded row.
  *
- *   active and now >= expires_at            -> DUE_EXPIRE (end it, "expired")
+ *   ready and now >= expires_at             -> DUE_EXPIRE (end it, "expired");
+ *        minutes count from ready: a starting session has its start deadlines
  *   starting without a VM                   -> DUE_NO_VM  (fail it)
  *   starting, not Running yet               -> DUE_RUNNING: ask the cluster;
  *        overdue when now > submitted_at + running_timeout_s
@@ -91,6 +93,21 @@ struct session_due {
 	double deadline; /* epoch seconds of that deadline, 0 when none */
 };
 struct session_due session_due(const struct session *s, double now);
+
+/* Leases: at most one readiness probe and one grade in flight per session,
+ * across every labvm.fcgi process (a conditional UPDATE on the row; a holder
+ * that died simply lets its lease run out after ms). */
+enum session_lease_kind { LEASE_PROBE, LEASE_GRADE };
+/* 1 taken, 0 someone else holds it, -1 database trouble. */
+int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms);
+void session_lease_release(struct labctx *x, const char *id, enum session_lease_kind k);
+
+/* Re-read the session's VMI before its agent token goes anywhere: the VMI
+ * named after the VM, labelled with this session's id, Running, with an
+ * address. A new VMI (the VM was powered off and on: new uid, new address)
+ * is recorded. 0 vm->ip is this session's VMI's address now; -1 not (msg). */
+int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm,
+                      char *msg, size_t msglen);
 
 /* The API's JSON form (no secrets). */
 cJSON *session_json(const struct session *s);

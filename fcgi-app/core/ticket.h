@@ -14,6 +14,10 @@
 #include <stdint.h>
 
 #define TICKET_MAX_LEN 2048
+/* The longest user name (REMOTE_USER, bytes) a ticket can carry: even when
+ * every byte is JSON-escaped the ticket stays under TICKET_MAX_LEN. The API
+ * refuses longer names with a clear error. */
+#define TICKET_USER_MAX 128
 
 struct ticket {
 	char sid[37];

@@ -16,7 +16,7 @@
 #define READY_TO    300
 #define RUN_DL      (T_SUBMITTED + RUN_TO) /* 1151 */
 #define READY_DL    (T_RUNNING + READY_TO) /* 1400 */
-#define EXPIRES     (T_CREATED + 3600)     /* while starting */
+#define EXPIRES     (T_CREATED + 3600)     /* while starting: not a deadline (minutes count from ready) */
 #define EXPIRES_RDY (T_READY + 3600)       /* reset when ready */
 
 /* the clock positions */
@@ -25,7 +25,7 @@ static const double clocks[] = {
     RUN_DL,       /* exactly at the running deadline: not past it */
     RUN_DL + 1,   /* past the running deadline */
     READY_DL + 1, /* past the ready deadline */
-    EXPIRES,      /* exactly at expiry (a starting session's) */
+    EXPIRES,      /* exactly at created_at + minutes: a starting session does not expire */
     EXPIRES_RDY,  /* exactly at a ready session's expiry */
     EXPIRES_RDY + 1,
 };
@@ -47,16 +47,16 @@ struct fixture {
 static const struct fixture fixtures[] = {
     /* name, state, stage, submitted, running, ready, VMs, expires_at, due, deadline */
     {"starting/submitted, submission in flight", SESSION_STARTING, STAGE_SUBMITTED, 0, 0, 0, 1,
-     EXPIRES, "rrrrxxx", 0},
-    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "rrRRxxx",
+     EXPIRES, "rrrrrrr", 0},
+    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "rrRRRRR",
      RUN_DL},
-    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES, "rrRRxxx",
+    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES, "rrRRRRR",
      RUN_DL},
-    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRxxx", RUN_DL},
-    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "yyyYxxx",
+    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRRRR", RUN_DL},
+    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "yyyYYYY",
      READY_DL},
     {"starting/booting without a VM", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 0, EXPIRES,
-     "vvvvxxx", 0},
+     "vvvvvvv", 0},
     {"starting/booting, no expiry recorded", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, 0,
      "rrRRRRR", RUN_DL},
     {"ready/ready", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnxx", 0},

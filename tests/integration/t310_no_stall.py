@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""No student stalls labvm for everyone else (issue #13): a frozen agent
+(SIGSTOP) and a student pressing Grade over and over hold one worker for one
+bounded deadline, while other students' polls and starts are served; at most
+one readiness probe per session is in flight; a per-user start rate limit."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+from fcgiclient import LabFcgi
+from labtest import Api, Db, Kube, reset_world, wait_until
+from tap import T
+
+t = T()
+kube = Kube()
+db = Db()
+reset_world(kube, db)
+
+
+def agent_pid(sid):
+    """Host PID of the guest agent listening on the session's VMI address."""
+    ip = db.one("SELECT ip FROM session_vms WHERE session_id = %s", sid)[0]
+
+    def find():
+        out = subprocess.run(["ss", "-Hltnp", f"src {ip}:8899"], capture_output=True,
+                             text=True).stdout
+        m = re.search(r"pid=(\d+)", out)
+        return int(m.group(1)) if m else None
+    return wait_until(find, 20, 0.1, f"the agent listening on {ip}:8899")
+
+
+def agent_ms(resp):
+    m = re.search(r"agent;dur=([0-9.]+)", resp.header("Server-Timing") or "")
+    return float(m.group(1)) if m else 0.0
+
+
+def setting_up(api, lesson="test-hold"):
+    s = api.start(lesson).json
+    wait_until(lambda: api.get(s["id"]).json["stage"] == "setting_up", 60, 0.1, "setting_up")
+    wait_until(lambda: db.one("SELECT ip FROM session_vms WHERE session_id = %s",
+                              s["id"])[0], 10, 0.1, "the VMI address recorded")
+    return s
+
+
+def go(s):
+    """Let test-hold's setup finish."""
+    kube.guest_exec(s["vms"][0]["name"], "touch /root/go")
+
+
+@t.test(name="a frozen agent: concurrent polls of its session make one probe, the others "
+             "answer from the last known state")
+def probe_single_flight():
+    api = Api("student311")
+    s = setting_up(api)
+    pid = agent_pid(s["id"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        res = [None] * 6
+        def poll(i):
+            res[i] = Api("student311").get(s["id"])
+        ths = [threading.Thread(target=poll, args=(i,)) for i in range(len(res))]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    t.ok(all(r.status == 200 for r in res), "every poll answered 200", [r.status for r in res])
+    probes = [agent_ms(r) for r in res]
+    t.eq(sum(1 for ms in probes if ms > 0), 1, "exactly one poll probed the agent", probes)
+    t.ok(all(r.json["stage"] == "setting_up" for r in res), "the others said setting_up")
+    go(s)
+    api.wait_state(s["id"], "ready", 30)
+    api.end(s["id"])
+
+
+@t.test(name="a frozen agent and Grade pressed 12 times: one grade (bounded deadline, 502), "
+             "11 answered 409 grade_running at once; other students are served meanwhile")
+def frozen_grade():
+    api = Api("student312")
+    s = setting_up(api)
+    go(s)
+    api.wait_state(s["id"], "ready", 30)
+    g = api.grade(s["id"])
+    t.eq(g.status, 200, "a grade with a live agent works", g)
+    pid = agent_pid(s["id"])
+    os.kill(pid, signal.SIGSTOP)
+    grades, done = [None] * 12, {}
+    others = {}
+    try:
+        def grade(i):
+            grades[i] = Api("student312", timeout=120).grade(s["id"])
+            done[i] = time.monotonic()
+        ths = [threading.Thread(target=grade, args=(i,)) for i in range(len(grades))]
+        t0 = time.monotonic()
+        for th in ths:
+            th.start()
+        time.sleep(0.5)
+        # other students: a status poll, a start, its poll, an end
+        o1, o2 = Api("student313"), Api("student314")
+        a = time.monotonic()
+        others["current"] = (o1.current(), time.monotonic() - a, time.monotonic())
+        a = time.monotonic()
+        st = o2.start("linux-basics")
+        others["start"] = (st, time.monotonic() - a, time.monotonic())
+        if st.status == 201:
+            a = time.monotonic()
+            others["get"] = (o2.get(st.json["id"]), time.monotonic() - a, time.monotonic())
+        for th in ths:
+            th.join(60)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    codes = sorted(g.status for g in grades if g is not None)
+    t.eq(len(codes), 12, "every grade was answered")
+    busy = [g for g in grades if g is not None and g.status == 409]
+    t.eq(len(busy), 11, "11 answered 409", codes)
+    t.ok(all(g.json.get("error") == "grade_running" and g.header("Retry-After") for g in busy),
+         "409 grade_running with Retry-After")
+    slow = [i for i, g in enumerate(grades) if g is not None and g.status != 409]
+    t.eq([grades[i].status for i in slow], [502], "the one real grade: 502 agent_unreachable")
+    first_done = min(done[i] for i in slow) if slow else time.monotonic()
+    t.diag(f"the frozen grade took {first_done - t0:.1f} s (the lesson's deadline is 6 s)")
+    for k, (r, dt, at) in others.items():
+        t.diag(f"other student's {k}: {r.status} in {dt * 1000:.0f} ms")
+    t.eq(others["current"][0].status, 404, "another student's poll answered (no session)")
+    t.eq(others["start"][0].status, 201, "another student's start answered 201",
+         others["start"][0])
+    t.ok(all(at < first_done for _, _, at in others.values()),
+         "... both before the frozen grade's deadline ran out")
+    g = api.grade(s["id"])
+    t.eq(g.status, 200, "after the agent thaws, grading works again", g)
+    if "get" in others:
+        o2.end(others["start"][0].json["id"])
+    api.end(s["id"])
+
+
+@t.test(name="start rate limit: the third start within the window is 429 too_many_starts "
+             "with Retry-After; nothing is created; another user is not limited")
+def rate_limit():
+    with LabFcgi({"start_rate_max": "2", "start_rate_window_s": "120"}) as f:
+        user = "student315"
+        for u in (user, "student316"):  # an earlier run's starts
+            db.query("DELETE FROM sessions WHERE user_name = %s AND state IN "
+                     "('ended', 'failed')", u)
+        ids = []
+        for i in range(2):
+            r = f.request("POST", "/api/sessions", user, {"lesson": "linux-basics"})
+            t.eq(r.status, 201, f"start {i + 1}", r)
+            ids.append(r.json["id"])
+            f.request("DELETE", f"/api/sessions/{r.json['id']}", user)
+        before = len(kube.lab_vms())
+        r = f.request("POST", "/api/sessions", user, {"lesson": "linux-basics"})
+        t.eq((r.status, (r.json or {}).get("error")), (429, "too_many_starts"), "third start", r)
+        ra = int(r.header("Retry-After") or 0)
+        t.ok(0 < ra <= 120, "Retry-After within the window", ra)
+        t.eq(r.json.get("retry_after_s"), ra, "retry_after_s in the body agrees")
+        t.eq(db.one("SELECT count(*) FROM sessions WHERE user_name = %s AND state IN "
+                    "('starting', 'ready')", user)[0], 0, "no session row")
+        t.ok(len(kube.lab_vms()) <= before, "no VM created")
+        r = f.request("POST", "/api/sessions", "student316", {"lesson": "linux-basics"})
+        t.eq(r.status, 201, "another user starts", r)
+        f.request("DELETE", f"/api/sessions/{r.json['id']}", "student316")
+
+
+@t.test(name="a REMOTE_USER longer than a ticket can carry is refused with a clear 400")
+def long_user():
+    with LabFcgi() as f:
+        r = f.request("GET", "/api/sessions/current", "u" * 129)
+        t.eq((r.status, r.json.get("error")), (400, "bad_request"), "129 bytes", r)
+        t.ok("at most 128" in r.json.get("message", ""), "the message names the limit", r)
+        r = f.request("GET", "/api/sessions/current", "u" * 128)
+        t.eq(r.status, 404, "128 bytes is a user (no session)", r)
+
+
+@t.test(name="healthz answers codes, not libpq's or curl's texts")
+def healthz_codes():
+    with LabFcgi({"database": "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2",
+                  "kube_api": "https://127.0.0.1:9"}) as f:
+        r = f.request("GET", "/api/healthz")
+        t.eq(r.status, 503, "unhealthy", r)
+        t.eq(r.json, {"db": "unavailable", "cluster": "unavailable"}, "codes only", r)
+
+
+reset_world(kube, db)
+t.done()
