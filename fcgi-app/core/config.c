@@ -138,6 +138,14 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		snprintf(err, errlen, "label_prefix: '%s' is not a DNS subdomain", c->label_prefix);
 		return -1;
 	}
+	if (c->db_idle_tx_timeout_s * 1000L < 2L * c->kube_timeout_ms) {
+		snprintf(err, errlen,
+		         "db_idle_tx_timeout_s: %d s is shorter than two cluster calls "
+		         "(kube_timeout_ms %d): a start waiting on the cluster would lose its "
+		         "transaction",
+		         c->db_idle_tx_timeout_s, c->kube_timeout_ms);
+		return -1;
+	}
 	if (c->orphan_grace_s < cfg_min_orphan_grace_s(c)) {
 		snprintf(err, errlen,
 		         "orphan_grace_s: %d is shorter than the longest start (%d s with "
