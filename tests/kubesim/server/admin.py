@@ -61,6 +61,15 @@ class AdminEndpoints:
             return self.send_json(200, stats(sim))
         elif parts == ["guests"] and method == "GET":
             return self.send_json(200, {"guests": guest_info(sim, rss=q.get("rss") in ("1", "true"))})
+        elif parts == ["ipam"] and method == "POST":
+            body = self.sim_json()
+            nxt = body.get("next")
+            if nxt is not None and not (isinstance(nxt, str) and nxt.startswith(
+                    "%d.%d." % tuple(sim.controllers.ipam.base))):
+                raise errors.bad_request("next must be an address of the guest network")
+            with sim.store.lock:
+                sim.controllers.ipam.give_next = nxt
+            return self.send_json(200, {"next": nxt})
         elif parts == ["compact"] and method == "POST":
             sim.store.compact()
             return self.send_json(200, {"compactedTo": sim.store.current_rv()})
