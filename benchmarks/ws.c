@@ -18,6 +18,11 @@ static int cb_client(struct lws *wsi, enum lws_callback_reasons reason, void *us
 		                                 (const unsigned char *)c->auth,
 		                                 (int)strlen(c->auth), p, end))
 			return -1;
+		if (c && c->forwarded &&
+		    lws_add_http_header_by_name(wsi, (const unsigned char *)"forwarded:",
+		                                (const unsigned char *)c->forwarded,
+		                                (int)strlen(c->forwarded), p, end))
+			return -1;
 		return 0;
 	}
 	case LWS_CALLBACK_CLIENT_ESTABLISHED:
@@ -180,6 +185,7 @@ static void wsc_reset(struct wsc *c)
 	buf_free(&c->rx);
 	buf_free(&c->txt);
 	free(c->tx);
+	free(c->forwarded);
 	if (c->auth) {
 		explicit_bzero(c->auth, strlen(c->auth));
 		free(c->auth);
@@ -217,6 +223,8 @@ int wsc_start(struct wsx *x, struct wsc *c, const char *url, const char *proto, 
 		return -1;
 	}
 	c->auth = auth ? xstrdup(auth) : NULL;
+	c->forwarded =
+	    x->forwarded_user ? xasprintf("remote_user=\"%s\"", x->forwarded_user) : NULL;
 	c->state = WS_CONNECTING;
 	memset(&i, 0, sizeof i);
 	i.context = x->ctx;

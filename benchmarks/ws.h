@@ -19,6 +19,7 @@ struct wsc {
 	enum ws_state state;
 	char why[200];
 	char *auth;    /* Authorization header value: SECRET */
+	char *forwarded; /* Forwarded header value (a direct connection to labvm-console) */
 	struct buf rx; /* binary bytes since the last clear (capped) */
 	size_t rx_total;
 	char tail[64];
@@ -33,6 +34,9 @@ struct wsc {
 
 struct wsx {
 	struct lws_context *ctx;
+	/* the next connections say they come from a front end that logged in
+	 * this user (Forwarded remote_user): the direct path to labvm-console */
+	const char *forwarded_user;
 	lws_sorted_usec_list_t sul;
 };
 

@@ -32,6 +32,8 @@ struct db_req {
 	uint64_t conn_id;
 	char sid[37];
 	char vm[64];
+	char nonce[33];   /* DB_CHECK: the ticket's nonce */
+	int64_t exp;      /* DB_CHECK: the ticket's expiry (epoch s) */
 	char *sids; /* DB_RECHECK: a uuid[] literal "{...}" */
 };
 
@@ -76,7 +78,7 @@ static int submit(struct db_req *r)
 	return 0;
 }
 
-int db_check(uint64_t conn_id, const char *sid, const char *vm)
+int db_check(uint64_t conn_id, const char *sid, const char *vm, const char *nonce, int64_t exp)
 {
 	struct db_req *r = calloc(1, sizeof *r);
 	if (!r)
@@ -85,6 +87,8 @@ int db_check(uint64_t conn_id, const char *sid, const char *vm)
 	r->conn_id = conn_id;
 	snprintf(r->sid, sizeof r->sid, "%s", sid);
 	snprintf(r->vm, sizeof r->vm, "%s", vm);
+	snprintf(r->nonce, sizeof r->nonce, "%s", nonce);
+	r->exp = exp;
 	return submit(r);
 }
 
@@ -239,18 +243,28 @@ static int pg_recover(void)
 
 static void run_check(struct db_req *q)
 {
-	const char *params[2] = {q->sid, W.environment};
+	static unsigned checks;
+	char exp[24];
+	snprintf(exp, sizeof exp, "%lld", (long long)q->exp);
+	const char *params[4] = {q->sid, W.environment, q->nonce, exp};
 	PGresult *res = NULL;
 	struct db_result *r;
 
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			break;
+		/* the nonce is recorded whatever the session: single use holds across
+		 * bridges and restarts; the last column says whether this was the
+		 * first use (a session that is gone answers no row anyway) */
 		res = PQexecParams(W.pg,
-		                   "SELECT s.user_name, s.state, v.vm_name FROM sessions s "
+		                   "WITH used AS (INSERT INTO console_tickets_used (nonce, expires_at) "
+		                   "VALUES ($3, to_timestamp($4::float8)) ON CONFLICT DO NOTHING "
+		                   "RETURNING 1) "
+		                   "SELECT s.user_name, s.state, v.vm_name, "
+		                   "(SELECT count(*) FROM used) FROM sessions s "
 		                   "JOIN session_vms v ON v.session_id = s.id "
 		                   "WHERE s.id = $1 AND s.environment = $2",
-		                   2, NULL, params, NULL, NULL, 0);
+		                   4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("session %s: database check: %s", q->sid, PQresultErrorMessage(res));
@@ -275,13 +289,19 @@ static void run_check(struct db_req *q)
 	for (int i = 0; i < PQntuples(res); i++) {
 		if (strcmp(PQgetvalue(res, i, 2), q->vm) != 0)
 			continue;
-		r->status = DB_OK;
+		r->status = strcmp(PQgetvalue(res, i, 3), "0") == 0 ? DB_TICKET_USED : DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
 		snprintf(r->state, sizeof r->state, "%s", PQgetvalue(res, i, 1));
 		break;
 	}
 	PQclear(res);
 	post(r);
+	/* now and then, forget the nonces of tickets long expired */
+	if (++checks % 64 == 0 && pg_ok()) {
+		res = PQexec(W.pg, "DELETE FROM console_tickets_used "
+		                   "WHERE expires_at < now() - interval '10 minutes'");
+		PQclear(res);
+	}
 }
 
 static void run_recheck(struct db_req *q)

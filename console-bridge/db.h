@@ -10,7 +10,7 @@
 #include <libwebsockets.h>
 
 enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS };
-enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE };
+enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE, DB_TICKET_USED };
 
 struct db_result {
 	struct db_result *next;
@@ -25,8 +25,11 @@ struct db_result {
 
 int db_start(const char *conninfo, const char *environment, struct lws_context *ctx);
 void db_stop(void);
-/* Ask for the owner/state of sid for a connection; the answer is a DB_CHECK result. */
-int db_check(uint64_t conn_id, const char *sid, const char *vm);
+/* Ask for the owner/state of sid for a connection, and record the ticket's
+ * nonce (until exp) in console_tickets_used: a nonce already there (another
+ * bridge, or this one before a restart, took the ticket) is DB_TICKET_USED.
+ * The answer is a DB_CHECK result. */
+int db_check(uint64_t conn_id, const char *sid, const char *vm, const char *nonce, int64_t exp);
 /* Ask which of these sessions are no longer ready: one DB_ENDED result each. */
 int db_recheck(char (*sids)[37], size_t n);
 /* Take every result so far (a list in arrival order; caller frees each). */

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
 #include "bridge.h"
+#include "forwarded.h"
 #include "browser.h"
 #include "log.h"
 #include "server.h"
@@ -108,6 +110,7 @@ static const char *path_sid(const char *path)
 
 /* ------------------------------------------------------------ the checks */
 
+
 static void browser_established(struct lws *wsi, struct bconn *c)
 {
 	char path[512], tbuf[TICKET_MAX_LEN + 16];
@@ -152,6 +155,23 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket names an invalid vm", 0);
 		return;
 	}
+	if (strcmp(B->cfg.console_user_from, "forwarded") == 0) {
+		/* the ticket's user must be the one the front end logged in on
+		 * this very request: a ticket that leaked to another browser is
+		 * worth nothing there */
+		char fwd[2048], fuser[sizeof t.user];
+		int fl = lws_hdr_custom_copy(wsi, fwd, sizeof fwd, "forwarded:", 10);
+		if (fl <= 0 || forwarded_user(fwd, fuser, sizeof fuser) < 0) {
+			bc_close(c, BS_CLOSE_FORBIDDEN,
+			         "the front end did not say who is logged in (Forwarded remote_user)",
+			         0);
+			return;
+		}
+		if (!util_ct_equal(fuser, strlen(fuser), t.user, strlen(t.user))) {
+			bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this user", 0);
+			return;
+		}
+	}
 	rc = nonce_use(t.nonce, t.exp);
 	if (rc != 0) {
 		if (rc > 0)
@@ -162,6 +182,9 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 	}
 	memcpy(c->user, t.user, sizeof c->user);
 	memcpy(c->vm, t.vm, sizeof c->vm);
+	char nonce[sizeof t.nonce];
+	memcpy(nonce, t.nonce, sizeof nonce);
+	int64_t exp = t.exp;
 	explicit_bzero(&t, sizeof t);
 
 	/* owner and state are checked by the database worker; keystrokes typed
@@ -169,7 +192,7 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 	bc_set_state(c, BC_CHECKING);
 	lws_rx_flow_control(wsi, 0);
 	c->rx_paused = 1;
-	if (db_check(c->id, c->sid, c->vm) < 0)
+	if (db_check(c->id, c->sid, c->vm, nonce, exp) < 0)
 		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
 }
 
@@ -189,6 +212,9 @@ void server_check_answer(const struct db_result *r)
 		return;
 	case DB_VM_MISMATCH:
 		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this session's vm", 0);
+		return;
+	case DB_TICKET_USED:
+		bc_close(c, BS_CLOSE_TICKET, "ticket already used", 0);
 		return;
 	case DB_OK:
 		break;

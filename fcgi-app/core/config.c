@@ -65,6 +65,7 @@ static const struct cfg_key keys[] = {
     I(start_rate_window_s, "600", 1, 86400),
     I(capacity_lock_timeout_ms, "5000", 100, 600000),
     I(db_idle_tx_timeout_s, "60", 2, 3600),
+    S(console_user_from, "forwarded"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -136,6 +137,12 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		c->base_path[--n] = '\0';
 	if (!*c->label_prefix || strlen(c->label_prefix) > 200 || strchr(c->label_prefix, '/')) {
 		snprintf(err, errlen, "label_prefix: '%s' is not a DNS subdomain", c->label_prefix);
+		return -1;
+	}
+	if (strcmp(c->console_user_from, "forwarded") != 0 &&
+	    strcmp(c->console_user_from, "none") != 0) {
+		snprintf(err, errlen, "console_user_from: '%s' is not \"forwarded\" or \"none\"",
+		         c->console_user_from);
 		return -1;
 	}
 	if (c->db_idle_tx_timeout_s * 1000L < 2L * c->kube_timeout_ms) {

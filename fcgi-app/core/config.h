@@ -43,6 +43,7 @@ struct cfg {
 	int start_rate_window_s;
 	int capacity_lock_timeout_ms; /* wait for the capacity lock at most this long */
 	int db_idle_tx_timeout_s;     /* idle_in_transaction_session_timeout */
+	char *console_user_from;      /* "forwarded": the front end's Forwarded remote_user; "none" */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
