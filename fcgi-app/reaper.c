@@ -67,7 +67,9 @@ static int list_objs(struct labctx *x, const char *kind, struct objs *out)
 	char *sel =
 	    xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment, c->environment);
 	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
+	/* metadata only: Secrets carry cloud-init payloads, and a long list of
+	 * them must not exceed the answer cap and stop the reaper */
+	long code = kube_list_meta(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items"), *it;
 	double now = (double)time(NULL);
 	int rc = 0;

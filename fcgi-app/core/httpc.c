@@ -20,8 +20,9 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 
 static struct curl_slist *headers(const struct httpc_req *rq)
 {
-	char ct[128];
-	struct curl_slist *l = curl_slist_append(NULL, "Accept: application/json"), *t;
+	char ct[128], acc[256];
+	snprintf(acc, sizeof acc, "Accept: %s", rq->accept ? rq->accept : "application/json");
+	struct curl_slist *l = curl_slist_append(NULL, acc), *t;
 	if (!l || !rq->json)
 		return l;
 	snprintf(ct, sizeof ct, "Content-Type: %s",

@@ -17,6 +17,7 @@ struct httpc_req {
 	const char *url;
 	const cJSON *json;           /* the request body, or NULL */
 	const char *content_type;    /* of the body; NULL: application/json */
+	const char *accept;          /* the Accept header; NULL: application/json */
 	const char *bearer;          /* secret: Authorization: Bearer (CURLAUTH_BEARER) */
 	const char *user, *password; /* secret: HTTP Basic, when there is no bearer */
 	const char *ca_file; /* https: the CA bundle to verify against; NULL: the system's */

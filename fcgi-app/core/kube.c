@@ -86,6 +86,7 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	    .url = url,
 	    .json = body,
 	    .content_type = content_type,
+	    .accept = k->accept,
 	    .bearer = k->token,
 	    .ca_file = k->cfg->kube_ca_file,
 	    .connect_timeout_ms = 3000,
@@ -128,6 +129,15 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
 	curl_free(esc);
 	long code = kube_get(k, p, out);
 	free(p);
+	return code;
+}
+
+long kube_list_meta(struct kube *k, const char *path, const char *label_selector, cJSON **out)
+{
+	k->accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+	            "application/json";
+	long code = kube_list(k, path, label_selector, out);
+	k->accept = NULL;
 	return code;
 }
 

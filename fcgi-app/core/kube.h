@@ -21,6 +21,7 @@ struct kube {
 	char msg[512];        /* last error, fit for logs and answers (no secrets) */
 	double ms;            /* time spent in API calls since kube_reset_timer */
 	unsigned calls;
+	const char *accept; /* the next calls' Accept header (NULL: application/json) */
 };
 
 /* 0 ok, -1 failure (message in k->msg). */
@@ -40,6 +41,11 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
+/* The same list as metadata only (the API server's PartialObjectMetadataList:
+ * items carry metadata, no spec, no data), so that a large backlog of
+ * Secrets never hits the answer cap. A server without it answers the full
+ * list, which reads the same. */
+long kube_list_meta(struct kube *k, const char *path, const char *label_selector, cJSON **out);
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
 long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:

@@ -325,7 +325,44 @@ class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
         acc = self.headers.get("Accept") or ""
         return "as=Table" in acc
 
+    def wants_meta(self, listing):
+        """Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1
+        (client-go's metadata client): the first media range the server can
+        give decides, as in the real API server's content negotiation; a
+        PartialObjectMetadata range alone that does not fit is 406."""
+        acc = self.headers.get("Accept") or ""
+        want = "PartialObjectMetadataList" if listing else "PartialObjectMetadata"
+        refused = False
+        for rng in acc.split(","):
+            parts = [x.strip() for x in rng.split(";")]
+            params = dict(x.split("=", 1) for x in parts[1:] if "=" in x)
+            as_ = params.get("as")
+            if as_ is None:
+                if parts[0] in ("application/json", "application/*", "*/*", ""):
+                    return False
+                continue
+            if as_ == "Table":
+                return False
+            if as_.startswith("PartialObjectMetadata"):
+                if as_ == want and params.get("g") == "meta.k8s.io" and \
+                        params.get("v") in ("v1", "v1beta1"):
+                    return params["v"]
+                refused = True
+        if refused:
+            raise errors.ApiError(406, f"only the following media types are accepted: "
+                                  f"application/json;as={want};g=meta.k8s.io;v=v1, "
+                                  "application/json", "NotAcceptable", {})
+        return False
+
+    @staticmethod
+    def partial(obj, v):
+        return {"kind": "PartialObjectMetadata", "apiVersion": f"meta.k8s.io/{v}",
+                "metadata": obj.get("metadata", {})}
+
     def send_object(self, code, res, obj, q):
+        meta = self.wants_meta(False) if code in (200, 201) else False
+        if meta:
+            return self.send_json(code, self.partial(obj, meta))
         if self.wants_table() and code in (200, 201):
             return self.send_json(code, tables.table(res, [obj], self.sim.store.current_rv(), q),
                                   {"Content-Type": "application/json"} and None)
@@ -342,6 +379,11 @@ class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
             md["continue"] = cont
             if remaining is not None:
                 md["remainingItemCount"] = remaining
+        meta = self.wants_meta(True)
+        if meta:
+            return self.send_json(200, {"kind": "PartialObjectMetadataList",
+                                        "apiVersion": f"meta.k8s.io/{meta}", "metadata": md,
+                                        "items": [self.partial(o, meta) for o in items]})
         head = util.dumps({"kind": f"{res.kind}List", "apiVersion": res.api_version,
                            "metadata": md})[:-1]
         enc = self.sim.store.encode
