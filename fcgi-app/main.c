@@ -24,6 +24,7 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "util.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -78,6 +79,34 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* What to listen on. A socket path is used as it is. On TCP labvm trusts
+ * whoever connects (REMOTE_USER comes from the connection), so a bare port
+ * or ":port" means loopback, and any other address needs
+ * FCGI_WEB_SERVER_ADDRS (libfcgi then accepts only those peers). */
+static char *listen_address(const char *spec, char *err, size_t errlen)
+{
+	const char *colon = strrchr(spec, ':');
+	int is_port = *spec && strspn(spec, "0123456789") == strlen(spec);
+	if (spec[0] == '/' || (!colon && !is_port))
+		return xstrdup(spec);
+	if (is_port || colon == spec)
+		return xasprintf("127.0.0.1:%s", is_port ? spec : colon + 1);
+	const char *allow = getenv("FCGI_WEB_SERVER_ADDRS");
+	int loopback = strncmp(spec, "127.", 4) == 0 || strncmp(spec, "localhost:", 10) == 0 ||
+	               strncmp(spec, "[::1]:", 6) == 0;
+	if (!loopback && !(allow && *allow)) {
+		snprintf(err, errlen,
+		         "%s is not a loopback address: set FCGI_WEB_SERVER_ADDRS to the web "
+		         "server's addresses (labvm trusts whoever connects), or listen on "
+		         "127.0.0.1 or a socket path",
+		         spec);
+		return NULL;
+	}
+	if (!loopback)
+		log_info("accepting FastCGI connections on %s from %s only", spec, allow);
+	return xstrdup(spec);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
@@ -124,8 +153,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (listen) {
+		char *addr = listen_address(listen, err, sizeof err);
+		if (!addr) {
+			log_err("listen: %s", err);
+			return 2;
+		}
 		umask(0007);
-		listen_fd = FCGX_OpenSocket(listen, 128);
+		listen_fd = FCGX_OpenSocket(addr, 128);
+		free(addr);
 		if (listen_fd < 0) {
 			log_err("cannot listen on %s: %s", listen, strerror(errno));
 			return 1;

@@ -68,12 +68,14 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 		*dst = def;
 		return 0;
 	}
-	if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
-	    v->valueint < min || v->valueint > max) {
+	/* compare as doubles first: casting 1e300 to int is undefined (found by
+	 * tests/fuzz, regression input tests/fuzz/regress/lesson/) */
+	if (!cJSON_IsNumber(v) || !(v->valuedouble >= min && v->valuedouble <= max) ||
+	    v->valuedouble != (double)(int)v->valuedouble) {
 		snprintf(err, errlen, "\"%s\" must be an integer in %d..%d", key, min, max);
 		return -1;
 	}
-	*dst = v->valueint;
+	*dst = (int)v->valuedouble;
 	return 0;
 }
 
