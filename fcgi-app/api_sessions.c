@@ -80,13 +80,7 @@ static long count_lab_vms(struct labctx *x, long *in_use)
 {
 	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
 	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
-	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
-	if (code == 200 && !cJSON_IsArray(items))
-		code = 0;
-	*in_use = code == 200 ? cJSON_GetArraySize(items) : 0;
-	cJSON_Delete(list);
+	long code = kube_count(&x->kube, path, sel, in_use);
 	free(sel);
 	free(path);
 	return code;
