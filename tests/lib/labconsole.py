@@ -110,6 +110,7 @@ class PrivateBridge:
         exe = os.path.join(os.environ["LABVM_BIN"], "labvm-console")
         self.logpath = os.path.join(os.environ["LABVM_STATE"], "logs", f"bridge-{name}.log")
         self.log = open(self.logpath, "ab")
+        self.log_start = self.log.tell()
         self.p = subprocess.Popen([exe], env=dict(os.environ, LABVM_CONF=self.conf.name),
                                   stdout=self.log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{self.port}"
