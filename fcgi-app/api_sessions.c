@@ -417,6 +417,13 @@ enum hres api_session_grade(struct req *r)
 		char *out = step_output(res);
 		cJSON *e = jx_obj();
 		jx_add_str(e, "name", gs->name);
+		if (gs->name_ja) {
+			cJSON *ja = jx_obj();
+			jx_add_str(ja, "name", gs->name_ja);
+			cJSON *i18n = jx_obj();
+			cJSON_AddItemToObject(i18n, "ja", ja);
+			cJSON_AddItemToObject(e, "i18n", i18n);
+		}
 		jx_add_bool(e, "passed", ok);
 		jx_add_str(e, "output", out);
 		if (cJSON_IsNumber(ec))
