@@ -20,6 +20,7 @@
 #include "db.h"
 #include "log.h"
 #include "pgconn.h"
+#include "state.h"
 #include "util.h"
 
 #define DB_BACKOFF_MIN_MS 250
@@ -291,7 +292,7 @@ static void run_check(struct db_req *q)
 			continue;
 		r->status = strcmp(PQgetvalue(res, i, 3), "0") == 0 ? DB_TICKET_USED : DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
-		snprintf(r->state, sizeof r->state, "%s", PQgetvalue(res, i, 1));
+		r->state = session_state_parse(PQgetvalue(res, i, 1));
 		break;
 	}
 	PQclear(res);

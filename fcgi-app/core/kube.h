@@ -46,6 +46,8 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
  * Secrets never hits the answer cap. A server without it answers the full
  * list, which reads the same. */
 long kube_list_meta(struct kube *k, const char *path, const char *label_selector, cJSON **out);
+/* How many objects a list returns (*n; 0 unless the answer is 200 with items). */
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n);
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
 long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:
