@@ -13,7 +13,9 @@
  *   4. active sessions whose VM vanished from the cluster fail
  *   5. objects without an active session are orphans: deleted when their
  *      session ended or failed, or, without any session row, once older than
- *      the grace period (an in-flight start is never raced)
+ *      the grace period (an in-flight start is never raced). orphan_grace_s is
+ *      at least the longest start; a shorter --grace (tests, an operator
+ *      after a crash) is used only when no start holds its user lock
  * Objects of another environment, or without the marker, are never touched.
  * One summary line per run; one line per deletion with its reason. */
 #include <errno.h>
@@ -234,6 +236,24 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 	session_free(&s);
 }
 
+/* A start holds its user's advisory lock (7301) from before its first
+ * cluster object until its commit: when none is held after the objects were
+ * listed, every listed object without an active session is an orphan,
+ * whatever its age. A --grace shorter than the longest start is used only
+ * then. How many are held; -1 when the database cannot say. */
+static int starts_in_flight(struct labctx *x)
+{
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+	                      "classid = 7301 AND objsubid = 2 AND granted",
+	                      0, NULL);
+	if (!r)
+		return -1;
+	int n = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return n;
+}
+
 static void orphans(struct labctx *x, struct objs *os, char **active, size_t nactive,
                     struct counts *k)
 {
@@ -328,14 +348,8 @@ int main(int argc, char **argv)
 		log_err("config: %s", err);
 		return 1;
 	}
-	if (grace >= 0 && grace < cfg_min_orphan_grace_s(&cfg)) {
-		log_err("--grace %d is shorter than the longest start (%d s): the reaper would "
-		        "delete the objects of a start in flight",
-		        grace, cfg_min_orphan_grace_s(&cfg));
-		return 2;
-	}
 	if (grace >= 0)
-		cfg.orphan_grace_s = grace;
+		cfg.orphan_grace_s = grace; /* below the minimum: see starts_in_flight() */
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (labctx_init(&x, &cfg, &none) < 0)
 		return 1;
@@ -367,6 +381,17 @@ int main(int argc, char **argv)
 	if (list_objs(&x, "virtualmachines", &vms) < 0 || list_objs(&x, "secrets", &secrets) < 0) {
 		log_err("cluster lists failed: nothing deleted this run");
 		goto out;
+	}
+	if (cfg.orphan_grace_s < cfg_min_orphan_grace_s(&cfg)) {
+		int n = starts_in_flight(&x);
+		if (n != 0) {
+			log_info("--grace %d is shorter than the longest start and %s: grace %d s "
+			         "this run",
+			         cfg.orphan_grace_s,
+			         n > 0 ? "a start is in flight" : "the database cannot say",
+			         cfg_min_orphan_grace_s(&cfg));
+			cfg.orphan_grace_s = cfg_min_orphan_grace_s(&cfg);
+		}
 	}
 	/* 3-5 */
 	for (size_t i = 0; i < nids; i++)

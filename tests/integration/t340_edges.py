@@ -184,18 +184,39 @@ def reaper_backlog():
         kube.delete("secrets", n)
 
 
-@t.test(name="orphan grace: 0 or shorter than the longest start is refused (config and --grace)")
+@t.test(name="orphan grace: orphan_grace_s shorter than the longest start is refused; "
+             "--grace 0 never races a start in flight (its user lock is held)")
 def grace_min():
-    r = subprocess.run([os.path.join(BIN, "labvm-reaper"), "--grace", "0"],
-                       env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")), capture_output=True,
-                       text=True, timeout=30)
-    t.eq(r.returncode, 2, "--grace 0 refused", r.stderr[-300:])
-    t.ok("longest start" in r.stderr, "the message says why", r.stderr[-300:])
     conf = own_conf("grace.conf", {"orphan_grace_s": "5"})
     r = subprocess.run([os.path.join(BIN, "labvm.fcgi"), "--check"],
                        env=dict(os.environ, LABVM_CONF=conf), capture_output=True, text=True)
-    t.ok(r.returncode != 0 and "orphan_grace_s" in r.stderr, "orphan_grace_s = 5 refused",
-         r.stderr[-300:])
+    t.ok(r.returncode != 0 and "orphan_grace_s" in r.stderr and "longest start" in r.stderr,
+         "orphan_grace_s = 5 refused", r.stderr[-300:])
+    envname = env("LABVM_ENVIRONMENT")
+    name = "lab-t340-inflight-cloudinit"
+    r = kube.create("secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "labels": {"labvm.io/lab-session": "true",
+                                              "labvm.io/environment": envname,
+                                              "labvm.io/session-id": "in-flight"}},
+        "data": {"userdata": "eA=="}})
+    assert r.status == 201, r
+    reaper = [os.path.join(BIN, "labvm-reaper"), "--grace", "0"]
+    e = dict(os.environ, LABVM_CONF=env("LABVM_CONF"))
+    holder = Db()  # a start in flight: its user's lock (sql/locks.md 7301)
+    holder.query("BEGIN")
+    holder.query("SELECT pg_advisory_xact_lock(7301, hashtext('check/student344'))")
+    try:
+        r = subprocess.run(reaper, env=e, capture_output=True, text=True, timeout=120)
+    finally:
+        holder.query("ROLLBACK")
+        holder.close()
+    t.eq(r.returncode, 0, "the reaper ran", (r.stdout + r.stderr)[-300:])
+    t.eq(kube.get("secrets", name).status, 200, "a start in flight: the young object is kept")
+    r = subprocess.run(reaper, env=e, capture_output=True, text=True, timeout=120)
+    s = kube.get("secrets", name)
+    t.ok(s.status == 404 or s.json["metadata"].get("deletionTimestamp"),
+         "no start in flight: --grace 0 reaps it", (r.stdout + r.stderr)[-300:])
 
 
 @t.test(name="--check refuses a lesson whose minutes are shorter than its start deadlines")
