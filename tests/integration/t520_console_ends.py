@@ -193,16 +193,18 @@ def too_many():
     api.end(s["id"])
 
 
-def raw_console(port, url):
+def raw_console(port, url, user="student196"):
     """A WebSocket to the bridge from a plain socket with a small receive
-    buffer: after the handshake nothing reads it, as a frozen tab."""
+    buffer: after the handshake nothing reads it, as a frozen tab. (Straight
+    to the bridge: this is the front end that logged `user` in.)"""
     sk = socket.socket()
     sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sk.connect(("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
     sk.sendall((f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: labvm-console.v1\r\n\r\n")
+                "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: labvm-console.v1\r\n"
+                f'Forwarded: for=127.0.0.1;remote_user="{user}"\r\n\r\n')
                .encode())
     head = b""
     while b"\r\n\r\n" not in head:

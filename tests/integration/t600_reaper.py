@@ -243,14 +243,15 @@ def list_fails():
 def dry_run():
     lab_vm("orphan-vm-3")
     api = Api("student304")
-    s = api.start("linux-basics").json
+    # minutes count from ready: a ready session expires (a starting one has its deadlines)
+    s = api.wait_state(api.start("linux-basics").json["id"], "ready", 60)
     db.query("UPDATE sessions SET expires_at = now() - interval '1 second' WHERE id = %s", s["id"])
     rc, out = reap("--dry-run", "--grace", "0")
     t.eq(rc, 0, "exit status", out)
     t.ok("would delete VM orphan-vm-3" in out, "names the orphan", out)
     t.ok(f"would end session {s['id']}" in out, "names the expired session", out)
     t.ok(exists("virtualmachines", "orphan-vm-3"), "the orphan is still there")
-    t.eq(db.one("SELECT state FROM sessions WHERE id = %s", s["id"]), ("starting",),
+    t.eq(db.one("SELECT state FROM sessions WHERE id = %s", s["id"]), ("ready",),
          "the session is untouched")
     rc, out = reap("--grace", "0")
     t.ok(not exists("virtualmachines", "orphan-vm-3"), "a real run then reaps")
