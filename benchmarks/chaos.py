@@ -99,7 +99,8 @@ def timed(fig, what, fn):
         else:
             fig.req(what, type(e).__name__, dt)
         return None
-    fig.req(what, r.status, time.monotonic() - t0)
+    err = (r.json or {}).get("error") if isinstance(r.json, dict) else None
+    fig.req(what, f"{r.status} {err}" if err else r.status, time.monotonic() - t0)
     return r
 
 
@@ -256,7 +257,7 @@ def main():
         st.down()
     env = st.up()
     os.environ.update(env)
-    kube, db = Kube(), Db()
+    kube = Kube()
     fig = Figures()
     bases = [env[f"LABVM_{fe.upper()}_URL"] for fe in st.frontends()]
     stop, chaos_stop = threading.Event(), threading.Event()
@@ -296,6 +297,7 @@ def main():
         print(f"chaos: reaper pass {i + 1}: exit {r.returncode}; "
               f"{r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ''}", flush=True)
         time.sleep(3)
+    db = Db()  # PostgreSQL was restarted under the first connection
     active = {row[0] for row in db.query(
         "SELECT id::text FROM sessions WHERE environment = %s AND state IN ('starting', 'ready')",
         st.environment)}
