@@ -18,9 +18,9 @@ struct wsc {
 	struct lws *wsi;
 	enum ws_state state;
 	char why[200];
-	char *auth;    /* Authorization header value: SECRET */
+	char *auth;      /* Authorization header value: SECRET */
 	char *forwarded; /* Forwarded header value (a direct connection to labvm-console) */
-	struct buf rx; /* binary bytes since the last clear (capped) */
+	struct buf rx;   /* binary bytes since the last clear (capped) */
 	size_t rx_total;
 	char tail[64];
 	size_t tail_len;

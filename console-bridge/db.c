@@ -33,9 +33,9 @@ struct db_req {
 	uint64_t conn_id;
 	char sid[37];
 	char vm[64];
-	char nonce[33];   /* DB_CHECK: the ticket's nonce */
-	int64_t exp;      /* DB_CHECK: the ticket's expiry (epoch s) */
-	char *sids; /* DB_RECHECK: a uuid[] literal "{...}" */
+	char nonce[33]; /* DB_CHECK: the ticket's nonce */
+	int64_t exp;    /* DB_CHECK: the ticket's expiry (epoch s) */
+	char *sids;     /* DB_RECHECK: a uuid[] literal "{...}" */
 };
 
 static struct {
@@ -257,15 +257,16 @@ static void run_check(struct db_req *q)
 		/* the nonce is recorded whatever the session: single use holds across
 		 * bridges and restarts; the last column says whether this was the
 		 * first use (a session that is gone answers no row anyway) */
-		res = PQexecParams(W.pg,
-		                   "WITH used AS (INSERT INTO console_tickets_used (nonce, expires_at) "
-		                   "VALUES ($3, to_timestamp($4::float8)) ON CONFLICT DO NOTHING "
-		                   "RETURNING 1) "
-		                   "SELECT s.user_name, s.state, v.vm_name, "
-		                   "(SELECT count(*) FROM used) FROM sessions s "
-		                   "JOIN session_vms v ON v.session_id = s.id "
-		                   "WHERE s.id = $1 AND s.environment = $2",
-		                   4, NULL, params, NULL, NULL, 0);
+		res = PQexecParams(
+		    W.pg,
+		    "WITH used AS (INSERT INTO console_tickets_used (nonce, expires_at) "
+		    "VALUES ($3, to_timestamp($4::float8)) ON CONFLICT DO NOTHING "
+		    "RETURNING 1) "
+		    "SELECT s.user_name, s.state, v.vm_name, "
+		    "(SELECT count(*) FROM used) FROM sessions s "
+		    "JOIN session_vms v ON v.session_id = s.id "
+		    "WHERE s.id = $1 AND s.environment = $2",
+		    4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("session %s: database check: %s", q->sid, PQresultErrorMessage(res));

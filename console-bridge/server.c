@@ -10,8 +10,8 @@
 #include <cjson/cJSON.h>
 
 #include "bridge.h"
-#include "forwarded.h"
 #include "browser.h"
+#include "forwarded.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -111,7 +111,6 @@ static const char *path_sid(const char *path)
 
 /* ------------------------------------------------------------ the checks */
 
-
 static void browser_established(struct lws *wsi, struct bconn *c)
 {
 	char path[512], tbuf[TICKET_MAX_LEN + 16];
@@ -163,9 +162,10 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 		char fwd[2048], fuser[sizeof t.user];
 		int fl = lws_hdr_custom_copy(wsi, fwd, sizeof fwd, "forwarded:", 10);
 		if (fl <= 0 || forwarded_user(fwd, fuser, sizeof fuser) < 0) {
-			bc_close(c, BS_CLOSE_FORBIDDEN,
-			         "the front end did not say who is logged in (Forwarded remote_user)",
-			         0);
+			bc_close(
+			    c, BS_CLOSE_FORBIDDEN,
+			    "the front end did not say who is logged in (Forwarded remote_user)",
+			    0);
 			return;
 		}
 		if (!util_ct_equal(fuser, strlen(fuser), t.user, strlen(t.user))) {

@@ -65,7 +65,8 @@ enum hres api_healthz(struct req *r)
 	if (code == 200) {
 		jx_add_str(o, "cluster", "ok");
 	} else {
-		log_warn("healthz: cluster: %s", x->kube.msg[0] ? x->kube.msg : "unexpected answer");
+		log_warn("healthz: cluster: %s",
+		         x->kube.msg[0] ? x->kube.msg : "unexpected answer");
 		jx_add_str(o, "cluster", code ? "error" : "unavailable");
 		if (code)
 			jx_add_num(o, "cluster_status", code);

@@ -141,8 +141,7 @@ static void confirm_vm(struct labctx *x, const struct start *st)
 	while ((code = kube_get(&x->kube, path, NULL)) != 200 && util_mono_s() < until)
 		nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
 	log_warn("VM %s: the create got no answer; the VM %s", st->names.vm,
-	         code == 200 ? "exists (it is deleted now)"
-	                     : "did not appear (nothing to delete)");
+	         code == 200 ? "exists (it is deleted now)" : "did not appear (nothing to delete)");
 	free(path);
 }
 
@@ -251,14 +250,14 @@ static enum step rate_limit(struct req *r, struct start *st)
 	snprintf(win, sizeof win, "%d", c->start_rate_window_s);
 	snprintf(max, sizeof max, "%d", c->start_rate_max);
 	const char *p[4] = {c->environment, r->user, win, max};
-	PGresult *res = db_exec(
-	    &x->db,
-	    "SELECT count(*), ceil(extract(epoch from min(created_at) + "
-	    "make_interval(secs => $3::int) - clock_timestamp())) FROM (SELECT created_at "
-	    "FROM sessions WHERE environment = $1 AND user_name = $2 AND created_at > "
-	    "clock_timestamp() - make_interval(secs => $3::int) ORDER BY created_at DESC "
-	    "LIMIT $4::int) recent",
-	    4, p);
+	PGresult *res =
+	    db_exec(&x->db,
+	            "SELECT count(*), ceil(extract(epoch from min(created_at) + "
+	            "make_interval(secs => $3::int) - clock_timestamp())) FROM (SELECT created_at "
+	            "FROM sessions WHERE environment = $1 AND user_name = $2 AND created_at > "
+	            "clock_timestamp() - make_interval(secs => $3::int) ORDER BY created_at DESC "
+	            "LIMIT $4::int) recent",
+	            4, p);
 	if (!res)
 		return STEP_DB;
 	long n = atol(PQgetvalue(res, 0, 0));
@@ -531,8 +530,8 @@ static void step_not_run(cJSON *steps, const struct grader_step *gs, int deadlin
 
 /* Run the steps against the session's VMI within the deadline: 0 and the
  * steps; -1 the agent could not be reached (msg). */
-static int grade_steps(struct req *r, const struct lesson *l, struct session_vm *vm,
-                       int deadline, cJSON *steps, int *passed, char *msg, size_t msglen)
+static int grade_steps(struct req *r, const struct lesson *l, struct session_vm *vm, int deadline,
+                       cJSON *steps, int *passed, char *msg, size_t msglen)
 {
 	struct labctx *x = r->x;
 	const struct session *s = r->sess;
@@ -548,8 +547,8 @@ static int grade_steps(struct req *r, const struct lesson *l, struct session_vm 
 		}
 		if (timeout * 1000L > left_ms)
 			timeout = (int)(left_ms / 1000) > 0 ? (int)(left_ms / 1000) : 1;
-		if (agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command, timeout,
-		              left_ms, &res) < 0) {
+		if (agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command,
+		              timeout, left_ms, &res) < 0) {
 			log_warn("session %s: grading step %zu: %s", s->id, i + 1, x->agent.msg);
 			snprintf(msg, msglen, "%s", x->agent.msg);
 			/* after an agent failure the VMI is read again before the next call */
@@ -629,8 +628,8 @@ enum hres api_session_grade(struct req *r)
 		session_lease_release(x, s->id, LEASE_GRADE);
 		cJSON_Delete(o);
 		cJSON_Delete(steps);
-		resp_error(r, E_AGENT_UNREACHABLE, "the grading agent in your VM did not answer (%s)",
-		           msg);
+		resp_error(r, E_AGENT_UNREACHABLE,
+		           "the grading agent in your VM did not answer (%s)", msg);
 		return H_DONE;
 	}
 	jx_add_num(o, "passed", passed);

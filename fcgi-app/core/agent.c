@@ -81,7 +81,8 @@ int agent_run(struct agent *a, const char *ip, int port, const char *token, cons
 	jx_add_str(req, "cmd", cmd);
 	jx_add_num(req, "timeout_s", timeout_s);
 	long wait_ms = (long)(timeout_s + 5) * 1000L;
-	code = call(a, ip, port, token, "/run", req, max_ms > 0 && max_ms < wait_ms ? max_ms : wait_ms);
+	code = call(a, ip, port, token, "/run", req,
+	            max_ms > 0 && max_ms < wait_ms ? max_ms : wait_ms);
 	cJSON_Delete(req);
 	if (code != 200) {
 		if (code)

@@ -38,12 +38,12 @@ struct cfg {
 	int orphan_grace_s;
 	char *log_level;
 	/* issue #13: no student and no slow dependency stalls the class */
-	int grade_timeout_s;          /* upper bound of one whole grade */
-	int start_rate_max;           /* starts per user per window (0: no limit) */
+	int grade_timeout_s; /* upper bound of one whole grade */
+	int start_rate_max;  /* starts per user per window (0: no limit) */
 	int start_rate_window_s;
 	int capacity_lock_timeout_ms; /* wait for the capacity lock at most this long */
 	int db_idle_tx_timeout_s;     /* idle_in_transaction_session_timeout */
-	char *console_user_from;      /* "forwarded": the front end's Forwarded remote_user; "none" */
+	char *console_user_from; /* "forwarded": the front end's Forwarded remote_user; "none" */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {

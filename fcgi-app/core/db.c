@@ -35,9 +35,9 @@ PGconn *db_connect(const char *conninfo, int connect_timeout_s)
 	char ct[16];
 	snprintf(ct, sizeof ct, "%d", connect_timeout_s > 0 ? connect_timeout_s : 5);
 	/* defaults first: the expanded conninfo (dbname) overrides them */
-	const char *const keys[] = {"connect_timeout",     "keepalives",     "keepalives_idle",
-	                            "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-	                            "dbname",              NULL};
+	const char *const keys[] = {
+	    "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
+	    "keepalives_count", "tcp_user_timeout", "dbname",          NULL};
 	const char *const vals[] = {ct, "1", "10", "5", "3", "25000", conninfo, NULL};
 	return PQconnectdbParams(keys, vals, 1);
 }

@@ -20,10 +20,8 @@ struct db {
 	int idle_session_timeout_s; /* idle_session_timeout (session-level locks) */
 };
 
-
 /* SQLSTATE 55P03: a lock_timeout ran out. */
 #define DB_LOCK_NOT_AVAILABLE "55P03"
-
 
 void db_init(struct db *d, const char *conninfo);
 void db_close(struct db *d);

@@ -343,8 +343,8 @@ void session_lease_release(struct labctx *x, const char *id, enum session_lease_
 
 /* ------------------------------------------------------------------ the VMI */
 
-int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm,
-                      char *msg, size_t msglen)
+int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm, char *msg,
+                      size_t msglen)
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);

@@ -104,8 +104,8 @@ void session_lease_release(struct labctx *x, const char *id, enum session_lease_
  * named after the VM, labelled with this session's id, Running, with an
  * address. A new VMI (the VM was powered off and on: new uid, new address)
  * is recorded. 0 vm->ip is this session's VMI's address now; -1 not (msg). */
-int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm,
-                      char *msg, size_t msglen);
+int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm, char *msg,
+                      size_t msglen);
 
 /* The API's JSON form (no secrets). */
 cJSON *session_json(const struct session *s);

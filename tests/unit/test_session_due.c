@@ -16,8 +16,8 @@
 #define READY_TO    300
 #define RUN_DL      (T_SUBMITTED + RUN_TO) /* 1151 */
 #define READY_DL    (T_RUNNING + READY_TO) /* 1400 */
-#define EXPIRES     (T_CREATED + 3600)     /* while starting: not a deadline (minutes count from ready) */
-#define EXPIRES_RDY (T_READY + 3600)       /* reset when ready */
+#define EXPIRES     (T_CREATED + 3600) /* while starting: not a deadline (minutes count from ready) */
+#define EXPIRES_RDY (T_READY + 3600)   /* reset when ready */
 
 /* the clock positions */
 static const double clocks[] = {
