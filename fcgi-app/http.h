@@ -30,6 +30,7 @@ struct req {
 	int status;
 	struct buf headers; /* extra response headers */
 	const char *route;  /* for the log line */
+	char error[40];     /* the answer's "error" code, if any (metrics) */
 };
 
 void req_init(struct req *r, FCGX_Request *fr, struct labctx *x);

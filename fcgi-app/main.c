@@ -24,6 +24,7 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "metrics.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -70,6 +71,7 @@ static void *worker(void *arg)
 		req_init(&r, &fr, &x);
 		router_dispatch(&r);
 		log_request(&r, &x);
+		api_metrics_request_done(&r);
 		req_reset(&r);
 		FCGX_Finish_r(&fr);
 	}
@@ -154,8 +156,10 @@ int main(int argc, char **argv)
 			log_err("cannot start worker %d", i);
 			return 1;
 		}
+	metrics_flusher_start(cfg.database, cfg.environment);
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
+	metrics_flusher_stop();
 	free(th);
 	log_info("stopped");
 	lessons_free(&lessons);

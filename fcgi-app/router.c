@@ -20,6 +20,7 @@ struct route {
 static const struct route routes[] = {
     {"GET", "/api/lessons", api_lessons, NEED_USER},
     {"GET", "/api/healthz", api_healthz, 0},
+    {"GET", "/api/metrics", api_metrics, NEED_USER},
     {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON},
     {"GET", "/api/sessions/current", api_session_current, NEED_USER},
     {"GET", "/api/sessions/*", api_session_get, NEED_USER},

@@ -6,6 +6,7 @@
 
 #include "jsonx.h"
 #include "log.h"
+#include "metrics.h"
 
 #define AGENT_MAX_BODY (1u << 20)
 
@@ -85,6 +86,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 out:
 	curl_slist_free_all(hdrs);
 	a->ms += (util_mono_s() - t0) * 1000.0;
+	metrics_call(MC_AGENT, path, util_mono_s() - t0, code == 0 || code >= 500);
 	return code;
 }
 

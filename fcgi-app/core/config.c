@@ -58,6 +58,7 @@ static const struct cfg_key keys[] = {
     I(console_max_per_session, "8", 1, 100000),
     I(orphan_grace_s, "120", 0, 86400),
     S(log_level, "info"),
+    S(operators, ""),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
