@@ -31,6 +31,8 @@ enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
 enum hres api_metrics(struct req *r);
+enum hres api_operator_overview(struct req *r);
+enum hres api_operator_end(struct req *r);
 /* After each answer: count the events the database cannot derive (api_metrics.c). */
 void api_metrics_request_done(struct req *r);
 

@@ -21,6 +21,8 @@ static const struct route routes[] = {
     {"GET", "/api/lessons", api_lessons, NEED_USER},
     {"GET", "/api/healthz", api_healthz, 0},
     {"GET", "/api/metrics", api_metrics, NEED_USER},
+    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON},
     {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON},
     {"GET", "/api/sessions/current", api_session_current, NEED_USER},
     {"GET", "/api/sessions/*", api_session_get, NEED_USER},

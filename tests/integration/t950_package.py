@@ -151,7 +151,8 @@ def build():
     listing = sh("dpkg-deb", "-c", facts["deb"]).stdout
     for path in ("./usr/lib/labvm/labvm.fcgi", "./usr/lib/labvm/labvm-console",
                  "./usr/lib/labvm/labvm-reaper", "./usr/share/labvm/web/index.html",
-                 "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/sql/migrate",
+                 "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/web/operator.html",
+                 "./usr/share/labvm/web/operator.js", "./usr/share/labvm/sql/migrate",
                  "./etc/labvm/labvm.conf", "./etc/cron.d/labvm",
                  "./etc/lighttpd/conf-available/50-labvm.conf", "./etc/apache2/sites-available/labvm.conf",
                  "./lib/systemd/system/labvm-fcgi.service", "./lib/systemd/system/labvm-console.service"):
