@@ -20,6 +20,7 @@
 #include <fcgiapp.h>
 
 #include "api.h"
+#include "check_lesson.h"
 #include "config.h"
 #include "lab.h"
 #include "lesson.h"
@@ -84,7 +85,9 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
 	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
-	           "  --check  load and validate the config and lessons, then exit\n");
+	           "  --check  load and validate the config and lessons, then exit\n"
+	           "  --check LESSON.json...  check lesson files (no config needed): every rule,\n"
+	           "           the setup and grader shell syntax, the rendered cloud-config\n");
 }
 
 int main(int argc, char **argv)
@@ -98,6 +101,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
 			listen = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
+			if (i + 1 < argc && argv[i + 1][0] != '-') /* the teacher's check of files */
+				return check_lesson_files(argc - i - 1, argv + i + 1);
 			check_only = 1;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);

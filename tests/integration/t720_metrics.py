@@ -221,7 +221,7 @@ def values():
     t.eq(d("labvm_start_refusals_total", reason="unknown_lesson"), 1.0, "refusal unknown_lesson +1")
     t.eq(d("labvm_console_tickets_total"), 2.0, "console tickets +2")
     t.eq(d("labvm_sessions", state="ended", runtime="vm"), 1.0, "ended sessions +1")
-    disk = s.get("disk_source") or "containerdisk"
+    disk = (s.get("disk") or {}).get("source") or "containerdisk"
     for stage in ("running", "ready"):
         lb = dict(stage=stage, lesson=LESSON, disk_source=disk)
         t.eq(d("labvm_start_stage_duration_seconds_count", **lb), 1.0, f"stage {stage}: one more observation")
