@@ -175,7 +175,8 @@ static int counters(struct req *r, struct buf *b)
 			continue;
 		if (f != cur) {
 			size_t fi = (size_t)(f - families);
-			if (seen[fi]) /* cannot happen with the ORDER BY; never emit a family twice */
+			if (seen[fi]) /* cannot happen with the ORDER BY; never emit a family twice
+			               */
 				continue;
 			seen[fi] = 1;
 			family_head(b, f->name, f->type, f->help);
@@ -248,7 +249,8 @@ enum hres api_metrics(struct req *r)
 	double t0 = util_mono_s();
 
 	if (!api_is_operator(x->cfg, r->user)) {
-		resp_error(r, 403, "forbidden", "the metrics are for operators (labvm.conf operators)");
+		resp_error(r, 403, "forbidden",
+		           "the metrics are for operators (labvm.conf operators)");
 		return H_DONE;
 	}
 	/* this process's latest calls too, not only what its flusher wrote */
@@ -264,8 +266,8 @@ enum hres api_metrics(struct req *r)
 	                "SELECT lesson, runtime, count(*) FROM sessions WHERE environment = $1 "
 	                "GROUP BY 1, 2 ORDER BY 1, 2",
 	                "labvm_session_starts_total", "counter",
-	                "Starts admitted (a session was created), by lesson and runtime.",
-	                "lesson", "runtime") < 0 ||
+	                "Starts admitted (a session was created), by lesson and runtime.", "lesson",
+	                "runtime") < 0 ||
 	    gauge_query(r, &b,
 	                "SELECT stage, count(*) FROM sessions WHERE environment = $1 AND "
 	                "state = 'failed' GROUP BY 1 ORDER BY 1",

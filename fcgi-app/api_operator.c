@@ -62,7 +62,8 @@ enum hres api_operator_overview(struct req *r)
 
 	PGresult *today = db_exec(
 	    &x->db,
-	    "SELECT id, user_name, lesson, runtime, state, stage, disk_source, disk_fallback_reason, "
+	    "SELECT id, user_name, lesson, runtime, state, stage, disk_source, "
+	    "disk_fallback_reason, "
 	    "error, end_reason, labvm_ts(created_at), "
 	    "extract(epoch FROM clock_timestamp() - created_at)::float8, "
 	    "extract(epoch FROM ready_at - created_at)::float8 "
@@ -176,11 +177,12 @@ enum hres api_operator_end(struct req *r)
 	if (session_active(&s)) {
 		if (session_finish(r->x, &s, "ended", "operator", NULL) < 0) {
 			session_free(&s);
-			resp_error(r, 503, "db_unavailable", "the database is unavailable: try again");
+			resp_error(r, 503, "db_unavailable",
+			           "the database is unavailable: try again");
 			return H_DONE;
 		}
-		log_info("operator %s ended session %s of user %s (lesson %s)", r->user, s.id, s.user,
-		         s.lesson);
+		log_info("operator %s ended session %s of user %s (lesson %s)", r->user, s.id,
+		         s.user, s.lesson);
 	} else {
 		session_delete_objects(r->x, &s);
 	}

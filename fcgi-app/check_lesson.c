@@ -25,15 +25,16 @@
 #include "lesson.h"
 #include "util.h"
 
-#define LESSON_FILE_MAX   (1u << 20)
-#define SECRET_MAX_BYTES  (1u << 20) /* Kubernetes: a Secret's data is at most 1 MiB */
+#define LESSON_FILE_MAX  (1u << 20)
+#define SECRET_MAX_BYTES (1u << 20) /* Kubernetes: a Secret's data is at most 1 MiB */
 
 struct ctx {
 	const char *file;
 	int errors, warnings;
 };
 
-static void report(struct ctx *c, int error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(struct ctx *c, int error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void report(struct ctx *c, int error, const char *fmt, ...)
 {
 	va_list ap;
@@ -114,7 +115,8 @@ static int sh_syntax(const char *text, char *msg, size_t msglen)
 
 static void check_cloud_config(struct ctx *c, const struct lesson *l)
 {
-	char *ud = cloudinit_build(l, "0000000000000000000000000000000000000000000000000000000000000000");
+	char *ud =
+	    cloudinit_build(l, "0000000000000000000000000000000000000000000000000000000000000000");
 	if (!ud) {
 		report(c, 1, "the cloud-config could not be rendered (out of memory)");
 		return;
@@ -123,14 +125,16 @@ static void check_cloud_config(struct ctx *c, const struct lesson *l)
 	if (strncmp(ud, "#cloud-config\n", 14) != 0)
 		report(c, 1, "cloud-config: does not start with #cloud-config");
 	if (n > SECRET_MAX_BYTES)
-		report(c, 1,
-		       "files, setup: the rendered cloud-config is %zu bytes; a Secret holds at most "
-		       "%u: make the lab files smaller or fetch them in setup",
-		       n, SECRET_MAX_BYTES);
+		report(
+		    c, 1,
+		    "files, setup: the rendered cloud-config is %zu bytes; a Secret holds at most "
+		    "%u: make the lab files smaller or fetch them in setup",
+		    n, SECRET_MAX_BYTES);
 	if (access("/usr/bin/cloud-init", X_OK) != 0) {
-		printf("%s: note: cloud-init is not installed here: the cloud-config (%zu bytes) was "
-		       "checked with labvm's rules only (apt-get install cloud-init for its schema)\n",
-		       c->file, n);
+		printf(
+		    "%s: note: cloud-init is not installed here: the cloud-config (%zu bytes) was "
+		    "checked with labvm's rules only (apt-get install cloud-init for its schema)\n",
+		    c->file, n);
 		free(ud);
 		return;
 	}
@@ -167,15 +171,29 @@ static void check_cloud_config(struct ctx *c, const struct lesson *l)
 	free(ud);
 }
 
-static const char *const top_keys[] = {
-    "id",      "title", "description", "i18n",      "runtime",           "minutes",
-    "image",   "disk",  "golden_pvc",  "disk_size", "memory",            "cpus",
-    "running_timeout_s", "ready_timeout_s", "files", "setup", "grader", NULL};
+static const char *const top_keys[] = {"id",
+                                       "title",
+                                       "description",
+                                       "i18n",
+                                       "runtime",
+                                       "minutes",
+                                       "image",
+                                       "disk",
+                                       "golden_pvc",
+                                       "disk_size",
+                                       "memory",
+                                       "cpus",
+                                       "running_timeout_s",
+                                       "ready_timeout_s",
+                                       "files",
+                                       "setup",
+                                       "grader",
+                                       NULL};
 static const char *const file_keys[] = {"path", "content", "mode", NULL};
 static const char *const step_keys[] = {"name", "command", "timeout_s", NULL};
 static const char *const i18n_keys[] = {"title", "description", NULL};
 
-static const char *const reserved[] = {"/opt/labvm/", "/etc/labvm/", "/var/lib/labvm/",
+static const char *const reserved[] = {"/opt/labvm/",   "/etc/labvm/",   "/var/lib/labvm/",
                                        GUEST_SETUP_LOG, GUEST_AUTOLOGIN, NULL};
 
 static void check_one(const char *file, int *bad)
@@ -217,17 +235,20 @@ static void check_one(const char *file, int *bad)
 		base = base ? base + 1 : file;
 		char *want = xasprintf("%s.json", l.id);
 		if (strcmp(base, want) != 0)
-			report(&c, 0, "\"id\": \"%s\", but the file is called %s (operators expect %s)",
+			report(&c, 0,
+			       "\"id\": \"%s\", but the file is called %s (operators expect %s)",
 			       l.id, base, want);
 		free(want);
 		for (size_t i = 0; i < l.nfiles; i++)
 			for (const char *const *r = reserved; *r; r++) {
 				size_t rl = strlen(*r);
 				if (strncmp(l.files[i].path, *r, rl) == 0 ||
-				    (r[0][rl - 1] == '/' && strncmp(l.files[i].path, *r, rl - 1) == 0 &&
+				    (r[0][rl - 1] == '/' &&
+				     strncmp(l.files[i].path, *r, rl - 1) == 0 &&
 				     l.files[i].path[rl - 1] == '\0'))
 					report(&c, 1,
-					       "files[%zu].path: \"%s\" is labvm's own (%s): choose another "
+					       "files[%zu].path: \"%s\" is labvm's own (%s): "
+					       "choose another "
 					       "place, e.g. under /root/lab/",
 					       i, l.files[i].path, *r);
 			}
@@ -236,8 +257,10 @@ static void check_one(const char *file, int *bad)
 			report(&c, 1, "setup: not a valid shell script: %s", msg);
 		for (size_t i = 0; i < l.nsteps; i++)
 			if (sh_syntax(l.steps[i].command, msg, sizeof msg) < 0)
-				report(&c, 1, "grader[%zu].command (\"%s\"): not a valid shell command: %s",
-				       i, l.steps[i].name, msg);
+				report(
+				    &c, 1,
+				    "grader[%zu].command (\"%s\"): not a valid shell command: %s",
+				    i, l.steps[i].name, msg);
 		if (l.nsteps == 0)
 			report(&c, 0, "\"grader\": no steps: Grade will have nothing to say");
 		if (l.runtime == RUNTIME_VM)
@@ -270,8 +293,8 @@ static void check_one(const char *file, int *bad)
 		if (cJSON_IsObject(it))
 			unknown_keys(&c, it, where, step_keys);
 	}
-	const cJSON *ja = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(o, "i18n"), "ja");
+	const cJSON *ja =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "i18n"), "ja");
 	if (cJSON_IsObject(ja))
 		unknown_keys(&c, ja, "i18n.ja", i18n_keys);
 	printf("%s: %s (%d errors, %d warnings)\n", file, c.errors ? "NOT usable" : "ok", c.errors,

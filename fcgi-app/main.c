@@ -101,7 +101,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
 			listen = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
-			if (i + 1 < argc && argv[i + 1][0] != '-') /* the teacher's check of files */
+			if (i + 1 < argc &&
+			    argv[i + 1][0] != '-') /* the teacher's check of files */
 				return check_lesson_files(argc - i - 1, argv + i + 1);
 			check_only = 1;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

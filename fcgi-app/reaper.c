@@ -58,8 +58,10 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	const struct {
 		const char *what;
 		int n;
-	} del[] = {{"expired", k->expired},         {"failed_stuck", k->failed_stuck},
-	           {"vanished", k->vanished},       {"orphan_vm", k->orphan_vms},
+	} del[] = {{"expired", k->expired},
+	           {"failed_stuck", k->failed_stuck},
+	           {"vanished", k->vanished},
+	           {"orphan_vm", k->orphan_vms},
 	           {"orphan_secret", k->orphan_secrets}};
 	char lab[64];
 	db_rollback(&x->db);

@@ -38,7 +38,8 @@ struct cfg {
 	int orphan_grace_s;
 	char *log_level;
 	char *log_format; /* text | json (core/log.c) */
-	char *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
+	char
+	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {

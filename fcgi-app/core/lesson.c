@@ -196,10 +196,11 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 			goto fail;
 		}
 		if (f->path[0] != '/' || strstr(f->path, "/../") || strlen(f->path) > 1024) {
-			snprintf(err, errlen,
-			         "files[%zu].path: \"%s\" must be absolute (start with /, no /../, at "
-			         "most 1024 bytes)",
-			         l->nfiles - 1, f->path);
+			snprintf(
+			    err, errlen,
+			    "files[%zu].path: \"%s\" must be absolute (start with /, no /../, at "
+			    "most 1024 bytes)",
+			    l->nfiles - 1, f->path);
 			goto fail;
 		}
 		if (!f->mode)
@@ -224,8 +225,9 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 		    get_str(it, "command", 1, &st->command, err, errlen) < 0 ||
 		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
-				snprintf(err, errlen,
-				         "must be an object {\"name\", \"command\", \"timeout_s\"}");
+				snprintf(
+				    err, errlen,
+				    "must be an object {\"name\", \"command\", \"timeout_s\"}");
 			item_prefix(err, errlen, "grader", l->nsteps - 1);
 			goto fail;
 		}

@@ -30,8 +30,8 @@ static int find_uuid(const char *s, char *out)
 	static const int group[] = {8, 4, 4, 4, 12};
 	for (const char *start = s; *s; s++) {
 		const char *p = s;
-		int ok = s == start || !((s[-1] >= '0' && s[-1] <= '9') || (s[-1] >= 'a' && s[-1] <= 'f') ||
-		                         s[-1] == '-');
+		int ok = s == start || !((s[-1] >= '0' && s[-1] <= '9') ||
+		                         (s[-1] >= 'a' && s[-1] <= 'f') || s[-1] == '-');
 		for (int g = 0; g < 5 && ok; g++) {
 			for (int i = 0; i < group[g]; i++, p++)
 				if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
@@ -81,8 +81,8 @@ static void log_json_line(enum log_level level, const struct tm *tm, long ms, co
 		return;
 	json_escape(esc, sizeof esc, msg);
 	if (find_uuid(msg, sid))
-		n += snprintf(line + n, sizeof line - (size_t)n, "%s\",\"session_id\":\"%s\"}\n", esc,
-		              sid);
+		n += snprintf(line + n, sizeof line - (size_t)n, "%s\",\"session_id\":\"%s\"}\n",
+		              esc, sid);
 	else
 		n += snprintf(line + n, sizeof line - (size_t)n, "%s\"}\n", esc);
 	if ((size_t)n >= sizeof line)

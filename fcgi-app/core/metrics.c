@@ -204,13 +204,14 @@ int metrics_flush(struct db *d, const char *env)
 	const char *p[4] = {env, names.p, labels.p, values.p};
 	PGresult *r = NULL;
 	if (db_ensure(d) == 0)
-		r = PQexecParams(d->conn,
-		                 "INSERT INTO metric_counters (environment, name, labels, value) "
-		                 "SELECT $1, n, l, v FROM unnest($2::text[], $3::text[], "
-		                 "$4::float8[]) AS u(n, l, v) "
-		                 "ON CONFLICT (environment, name, labels) DO UPDATE SET "
-		                 "value = metric_counters.value + EXCLUDED.value, updated_at = now()",
-		                 4, NULL, p, NULL, NULL, 0);
+		r = PQexecParams(
+		    d->conn,
+		    "INSERT INTO metric_counters (environment, name, labels, value) "
+		    "SELECT $1, n, l, v FROM unnest($2::text[], $3::text[], "
+		    "$4::float8[]) AS u(n, l, v) "
+		    "ON CONFLICT (environment, name, labels) DO UPDATE SET "
+		    "value = metric_counters.value + EXCLUDED.value, updated_at = now()",
+		    4, NULL, p, NULL, NULL, 0);
 	if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
 		log_warn("metrics: call histograms not flushed (kept for the next try): %s",
 		         r ? PQresultErrorMessage(r) : d->msg);

@@ -45,8 +45,8 @@ int main(void)
 	CHECK(log_set_format("yaml") < 0, "unknown format refused");
 	CHECK(log_set_format("json") == 0, "json accepted");
 	out = capturef("user x: session ", sid, " ready");
-	CHECK(out[0] == '{' && strstr(out, "\"level\":\"info\"") && strstr(out, "\"prog\":\"labvm-test\"") &&
-	          strstr(out, "\"pid\":"),
+	CHECK(out[0] == '{' && strstr(out, "\"level\":\"info\"") &&
+	          strstr(out, "\"prog\":\"labvm-test\"") && strstr(out, "\"pid\":"),
 	      "json: level, prog, pid");
 	char want[128];
 	snprintf(want, sizeof want, "\"session_id\":\"%s\"}\n", sid);
@@ -60,7 +60,8 @@ int main(void)
 	out = capturef("VM lab-", "0b6f4c1e9a2d4c3b8e7f112233445566aa", "");
 	CHECK(strstr(out, "session_id") == NULL, "json: a hex VM name is no session id");
 	out = capturef("x", "a0b6f4c1e-9a2d-4c3b-8e7f-112233445566", "");
-	CHECK(strstr(out, "session_id") == NULL, "json: a UUID inside a longer hex run is not taken");
+	CHECK(strstr(out, "session_id") == NULL,
+	      "json: a UUID inside a longer hex run is not taken");
 	log_set_format("text");
 
 	char esc[64];
