@@ -1,5 +1,5 @@
-/* api.c - the student API through the front end (libcurl, HTTP Basic,
- * keep-alive per handle), with the answer's Server-Timing and Retry-After. */
+/* api.c - the student API through the front end (the core's httpc.h: HTTP
+ * Basic, keep-alive per handle), with the answer's Server-Timing and Retry-After. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,18 +7,9 @@
 #include <strings.h>
 
 #include "bench.h"
+#include "httpc.h"
 
 #define API_MAX_BODY (4u << 20)
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
-{
-	struct bapi *a = ud;
-	size_t n = size * nmemb;
-	if (a->body.len + n > API_MAX_BODY)
-		return 0;
-	buf_append(&a->body, data, n);
-	return n;
-}
 
 /* "db;dur=0.12, kube;dur=3.40, agent;dur=0.00, app;dur=4.10" */
 static double timing_of(const char *v, size_t len, const char *name)
@@ -85,77 +76,33 @@ void bapi_cleanup(struct bapi *a)
 
 long bapi_call(struct bapi *a, const char *method, const char *path, const cJSON *body, cJSON **out)
 {
-	struct curl_slist *hdrs = NULL, *t;
-	char *json = NULL, *url = xasprintf("%s%s", a->base, path);
-	long code = 0;
-	CURLcode rc;
+	char *url = xasprintf("%s%s", a->base, path);
+	char why[CURL_ERROR_SIZE + 64];
+	struct httpc_req rq = {
+	    .method = method,
+	    .url = url,
+	    .json = body,
+	    .user = a->user,
+	    .password = a->password,
+	    .connect_timeout_ms = 10000,
+	    .timeout_ms = 120000,
+	    .max_body = API_MAX_BODY,
+	    .on_header = on_header,
+	    .header_ud = a,
+	};
 
 	if (out)
 		*out = NULL;
-	buf_reset(&a->body);
 	a->msg[0] = a->err[0] = '\0';
 	a->st_app_ms = a->st_db_ms = a->st_kube_ms = a->st_agent_ms = NAN;
 	a->retry_after = -1;
-	a->ms = NAN;
-	t = curl_slist_append(NULL, "Accept: application/json");
-	if (!t)
-		goto oom;
-	hdrs = t;
-	if (body) {
-		json = cJSON_PrintUnformatted(body);
-		if (!json)
-			goto oom;
-		t = curl_slist_append(hdrs, "Content-Type: application/json");
-		if (!t)
-			goto oom;
-		hdrs = t;
-	}
-	curl_easy_reset(a->h); /* options only: the connection stays */
-	if (curl_easy_setopt(a->h, CURLOPT_URL, url) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_USERNAME, a->user) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_PASSWORD, a->password) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_CONNECTTIMEOUT_MS, 10000L) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_TIMEOUT_MS, 120000L) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_ERRORBUFFER, a->err) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_WRITEDATA, a) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_HEADERDATA, a) != CURLE_OK ||
-	    curl_easy_setopt(a->h, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK) {
-		snprintf(a->msg, sizeof a->msg, "curl setup failed");
-		goto out;
-	}
-	if (json &&
-	    (curl_easy_setopt(a->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
-	     curl_easy_setopt(a->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK)) {
-		snprintf(a->msg, sizeof a->msg, "curl setup failed");
-		goto out;
-	}
-	if (strcmp(method, "GET") == 0 && curl_easy_setopt(a->h, CURLOPT_HTTPGET, 1L) != CURLE_OK) {
-		snprintf(a->msg, sizeof a->msg, "curl setup failed");
-		goto out;
-	}
 	double t0 = util_mono_s();
-	rc = curl_easy_perform(a->h);
+	long code = httpc_call(a->h, &rq, &a->body, why, sizeof why);
 	a->ms = (util_mono_s() - t0) * 1000.0;
-	if (rc != CURLE_OK) {
-		snprintf(a->msg, sizeof a->msg, "%s %.200s: %.250s", method, path,
-		         a->err[0] ? a->err : curl_easy_strerror(rc));
-		goto out;
-	}
-	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
-	if (out && a->body.len)
-		*out = cJSON_ParseWithLength(a->body.p, a->body.len);
-	goto out;
-oom:
-	snprintf(a->msg, sizeof a->msg, "out of memory");
-out:
-	curl_slist_free_all(hdrs);
-	if (json)
-		cJSON_free(json);
+	if (!code)
+		snprintf(a->msg, sizeof a->msg, "%s %.200s: %.250s", method, path, why);
+	else if (out)
+		*out = httpc_json(&a->body);
 	free(url);
 	return code;
 }

@@ -37,8 +37,27 @@
  * new one kicks the old); every browser connection of that session shares it
  * (a second tab sees the same output, both may type). The upstream stays open
  * for console_linger_s after the last browser leaves, so a reconnect gets the
- * console back at once, with the last BS_RING_SIZE bytes of output replayed.
+ * console back at once, with the last RING_SIZE bytes of output replayed.
+ *
+ * Files, by object (each calls only the ones below it; main.c owns the
+ * context and the loop, and nothing calls into it):
+ *
+ *   main.c        configuration, the lws context and its vhosts, signals, the
+ *                 periodic tick, database answers, the service loop
+ *   server.c      the listening side: the browser protocol's callback, the
+ *                 admission checks, single-use tickets, GET /console-stats
+ *   session.c     one console session: attach/detach of browsers, relay,
+ *                 flow control, the replay ring, closing with a reason
+ *   browser.c     one browser WebSocket: output queue, status and closed
+ *                 messages, its read pause, the close handshake
+ *   upstream.h    the interface a session talks to (open, write, pause/resume,
+ *                 close; events opened/data/drained/closed), one per kind:
+ *   upstream_kubevirt.c   the VMI console (plain.kubevirt.io)
+ *   kubeapi.c     the API server's address and the rotating bearer token
+ *   bytequeue.c   the chunked byte queue and the replay ring (unit tested)
+ *   db.c          the database worker thread
  */
+
 #ifndef LABVM_CONSOLE_BRIDGE_H
 #define LABVM_CONSOLE_BRIDGE_H
 
@@ -48,21 +67,16 @@
 #include <libwebsockets.h>
 
 #include "config.h"
-#include "ticket.h"
+#include "kubeapi.h"
 
-#define BRIDGE_PROTO   "labvm-console.v1"
-#define KUBEVIRT_PROTO "plain.kubevirt.io"
-#define UPSTREAM_LOCAL "kubevirt-upstream"
-#define STATS_PATH     "/console-stats"
+#define BRIDGE_PROTO "labvm-console.v1"
+#define STATS_PATH   "/console-stats"
 
-/* queues and flow control (bytes) */
-#define BS_WRITE_MAX       (32 * 1024)  /* at most this much per lws_write */
-#define BS_CHUNK_MIN       (8 * 1024)   /* queue chunks coalesce small writes up to this */
+/* flow control (bytes) and timeouts */
 #define BS_DOWN_HIGH       (256 * 1024) /* pause upstream RX when a browser queue exceeds */
 #define BS_DOWN_LOW        (64 * 1024)  /* ... resume when every browser queue is below */
 #define BS_UP_HIGH         (64 * 1024)  /* pause browser RX when the upstream queue exceeds */
 #define BS_UP_LOW          (16 * 1024)  /* ... resume below */
-#define BS_RING_SIZE       (8 * 1024)   /* replayed to a (re)connecting browser */
 #define BS_CHECK_TIMEOUT_S 10           /* database check */
 #define BS_UP_TIMEOUT_S    15           /* upstream handshake */
 #define BS_RECHECK_S       5            /* re-check open sessions in the database */
@@ -84,195 +98,29 @@ enum {
 	BS_CLOSE_UNAVAILABLE = 4503,
 };
 
-/* ------------------------------------------------------------------ queue */
-/* A byte queue of chunks, each with LWS_PRE bytes of headroom, so a chunk is
- * written in place (lws_write() puts the frame header into the headroom or
- * into already-sent bytes of the same chunk). */
-struct bq_chunk {
-	struct bq_chunk *next;
-	size_t off, len, cap; /* payload: data[LWS_PRE + off .. LWS_PRE + len) */
-	int is_text;          /* a whole text message (never coalesced) */
-	unsigned char data[];
-};
-
-struct bq {
-	struct bq_chunk *head, *tail;
-	size_t bytes;
-};
-
-/* Append a copy; binary data coalesces into the tail chunk. 0, or -1 on OOM. */
-int bq_append(struct bq *q, const void *p, size_t n, int is_text);
-/* The next piece to write (at most BS_WRITE_MAX): pointer into the head chunk
- * with LWS_PRE writable bytes before it; 0 when empty. */
-size_t bq_peek(struct bq *q, unsigned char **p, int *is_text);
-void bq_consume(struct bq *q, size_t n);
-void bq_clear(struct bq *q);
-
-/* ------------------------------------------------------- bridge session */
-enum up_state { UP_NONE = 0, UP_CONNECTING, UP_OPEN, UP_CLOSING };
-
-enum bc_state {
-	BC_NEW = 0,  /* HTTP or not yet checked */
-	BC_CHECKING, /* ticket ok, waiting for the database */
-	BC_ATTACHED, /* relaying */
-	BC_CLOSING,  /* closed message queued; close frame follows */
-};
-
-struct bsession;
-
-/* One browser WebSocket (the lws per-session data of protocol BRIDGE_PROTO). */
-struct bconn {
-	struct lws *wsi;
-	uint64_t id;
-	enum bc_state state;
-	struct bconn *all_next, *all_prev; /* every browser WebSocket (bridge.conns) */
-	struct bsession *sess;             /* when attached */
-	struct bconn *sess_next;
-	struct bq out;  /* to the browser */
-	int rx_paused;  /* we stopped reading this browser */
-	int want_pause; /* stop reading it from its next writeable */
-	int is_ws;
-	int close_code;
-	char close_reason[124];
-	int64_t t_state; /* monotonic ms when the state was entered */
-	int64_t t_high;  /* monotonic ms since out is above BS_DOWN_HIGH */
-	char sid[37];
-	char user[256];
-	char vm[64];
-	char peer[64];
-	int killed;      /* closing took too long: dropped */
-	char *http_body; /* HTTP: the stats answer being sent */
-	size_t http_len;
-};
-
-/* One console session: the shared upstream, its queue and the replay ring. */
-struct bsession {
-	struct bsession *next;
-	char sid[37];
-	char user[256];
-	char vm[64];
-	struct lws *up;
-	enum up_state up_state;
-	int up_rx_paused;
-	int up_want_pause; /* pause the upstream from its next writeable */
-	struct bq to_up;
-	struct bconn *conns;
-	int nconns;
-	unsigned char *ring; /* BS_RING_SIZE, allocated on first output */
-	size_t ring_start, ring_len;
-	int64_t t_open_start;     /* monotonic ms: upstream connect started */
-	int64_t t_idle;           /* monotonic ms: last browser left (0: has browsers) */
-	int woke;                 /* sent the wake-up CR on first open */
-	int dead;                 /* closed; freed when the upstream is gone */
-	char up_why[96];          /* why the upstream failed, if known */
-	int opening, open_failed; /* inside lws_client_connect_via_info() */
-	uint64_t bytes_down, bytes_up;
-};
-
 struct bridge_stats {
 	uint64_t accepted;          /* browser WebSockets accepted */
-	uint64_t refused[8];        /* by reason, index from bs_refuse_index() */
+	uint64_t refused[8];        /* by reason, see bc_close() */
 	uint64_t upstream_connects; /* upstream connections attempted */
 	uint64_t upstream_failures;
 	uint64_t bytes_down, bytes_up;
 };
 
+/* The context: one, owned by main.c; the other files read it and keep their
+ * objects in its lists. */
 struct bridge {
 	struct cfg cfg;
 	struct lws_context *ctx;
-	struct lws_vhost *vhost;
-	char kube_host[256];
-	int kube_port;
-	char kube_prefix[256]; /* path part of kube_api, usually "" */
-	char *bearer;          /* "Bearer <token>" (SECRET) */
-	struct {
-		int64_t mtime_ns;
-		uint64_t ino;
-		int64_t size;
-	} token_stat;
-	int console_linger_s;
-	struct bconn *conns; /* every browser WebSocket */
-	int nconns;
-	struct bsession *sessions;
-	int nsessions;
+	struct lws_vhost *up_vhost; /* upstream client connections, TLS trust kube_ca_file */
+	struct kubeapi kube;
+	lws_dll2_owner_t conns;    /* every browser WebSocket (struct bconn.all) */
+	lws_dll2_owner_t sessions; /* every console session (struct bsession.list) */
 	uint64_t next_conn_id;
-	lws_sorted_usec_list_t tick;
-	int64_t last_recheck;
 	int stopping; /* SIGTERM seen: closing everything */
-	int64_t stop_deadline;
-	int db_up; /* last known database state (from the worker) */
+	int db_up;    /* last known database state (from the worker) */
 	struct bridge_stats st;
 };
 
 extern struct bridge *B;
-
-/* session.c */
-struct bsession *bs_find(const char *sid);
-/* Attach a checked browser connection to its session (creating it and opening
- * the upstream when needed). 0, or -1 (the connection was closed with a reason). */
-int bs_attach(struct bconn *c);
-void bs_detach(struct bconn *c);
-/* Close one browser connection: queue {"type":"closed",...}, then a close frame.
- * flush: send what is queued first. Logs the reason once. */
-void bc_close(struct bconn *c, int code, const char *reason, int flush);
-/* Close a session: every browser with code/reason, and the upstream. */
-void bs_close(struct bsession *s, int code, const char *reason);
-/* Upstream events, from upstream.c */
-void bs_upstream_open(struct bsession *s);
-void bs_upstream_data(struct bsession *s, const void *p, size_t n);
-void bs_upstream_gone(struct bsession *s, const char *why);
-void bs_upstream_drained(struct bsession *s); /* to_up fell: maybe resume browsers */
-void bs_browser_drained(struct bconn *c);     /* out fell: maybe resume upstream */
-void bs_browser_input(struct bconn *c, const void *p, size_t n);
-void bs_tick(int64_t now_ms); /* linger and timeouts */
-void bs_free(struct bsession *s);
-int bs_refuse_index(int code);
-
-/* browser.c */
-int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                     size_t len);
-int bc_send_text(struct bconn *c, const char *json);
-int bc_send_status(struct bconn *c, const char *state);
-void browser_tick(int64_t now_ms);
-void browser_db_results(void); /* drain db.c results (service thread) */
-void nonce_purge(int64_t now_s);
-void nonce_free_all(void);
-
-/* upstream.c */
-int callback_upstream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                      size_t len);
-int upstream_open(struct bsession *s);
-void upstream_close(struct bsession *s);
-int upstream_parse_api(const char *kube_api, char *host, size_t hostlen, int *port, char *prefix,
-                       size_t prefixlen);
-int upstream_load_token(void);
-
-/* db.c: the worker thread */
-enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS };
-enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE };
-
-struct db_result {
-	struct db_result *next;
-	enum db_kind kind;
-	enum db_status status;
-	uint64_t conn_id; /* DB_CHECK */
-	char sid[37];     /* DB_CHECK, DB_ENDED */
-	char user[256];   /* DB_CHECK: owner */
-	char state[16];   /* DB_CHECK: sessions.state */
-	int up;           /* DB_STATUS: database reachable */
-};
-
-int db_start(const char *conninfo, const char *environment, struct lws_context *ctx);
-void db_stop(void);
-/* Ask for the owner/state of sid for a connection; the answer is a DB_CHECK result. */
-int db_check(uint64_t conn_id, const char *sid, const char *vm);
-/* Ask which of these sessions are no longer ready: one DB_ENDED result each. */
-int db_recheck(char (*sids)[37], size_t n);
-/* Take every result so far (a list in arrival order; caller frees each). */
-struct db_result *db_results(void);
-
-/* main.c */
-int64_t bridge_now_ms(void);
-void bridge_wakeup(void); /* EVENT_WAIT_CANCELLED: results, signals */
 
 #endif

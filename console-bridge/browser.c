@@ -1,6 +1,5 @@
-/* browser.c - the server side: protocol "labvm-console.v1" (ttyd's protocol.c
- * analogue), the ticket checks, single use of tickets, the database answers,
- * and the local-only GET /console-stats. Runs on the lws service thread. */
+/* browser.c - one browser WebSocket (browser.h). Runs on the lws service
+ * thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,418 +7,151 @@
 #include <cjson/cJSON.h>
 
 #include "bridge.h"
+#include "browser.h"
 #include "log.h"
 #include "util.h"
 
-/* ------------------------------------------------------------ nonce store */
-/* Tickets are single use: remember each accepted nonce until its ticket
- * expires (after that ticket_verify() refuses the ticket anyway). */
-
-#define NONCE_BUCKETS 1024
-
-struct nonce {
-	struct nonce *next;
-	int64_t exp;
-	char n[33];
-};
-
-static struct nonce *nonces[NONCE_BUCKETS];
-static size_t nnonces;
-
-static unsigned nonce_hash(const char *s)
+void bc_link(struct bconn *c, struct lws *wsi)
 {
-	unsigned h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h % NONCE_BUCKETS;
+	c->wsi = wsi;
+	c->id = ++B->next_conn_id;
+	c->is_ws = 1;
+	bc_set_state(c, BC_NEW);
+	lws_dll2_add_head(&c->all, &B->conns);
 }
 
-/* 1: already used; 0: recorded now; -1: out of memory */
-static int nonce_use(const char *n, int64_t exp)
+void bc_unlink(struct bconn *c)
 {
-	unsigned h = nonce_hash(n);
-	for (struct nonce *e = nonces[h]; e; e = e->next)
-		if (strcmp(e->n, n) == 0)
-			return 1;
-	struct nonce *e = malloc(sizeof *e);
-	if (!e)
-		return -1;
-	snprintf(e->n, sizeof e->n, "%s", n);
-	e->exp = exp;
-	e->next = nonces[h];
-	nonces[h] = e;
-	nnonces++;
-	return 0;
+	if (!lws_dll2_is_detached(&c->all))
+		lws_dll2_remove(&c->all);
+	bq_clear(&c->out);
+	c->state = BC_CLOSING;
+	c->is_ws = 0;
 }
 
-void nonce_purge(int64_t now_s)
+struct bconn *bc_find(uint64_t id)
 {
-	for (size_t i = 0; i < NONCE_BUCKETS; i++)
-		for (struct nonce **pp = &nonces[i]; *pp;) {
-			struct nonce *e = *pp;
-			if (e->exp < now_s) {
-				*pp = e->next;
-				free(e);
-				nnonces--;
-			} else {
-				pp = &e->next;
-			}
-		}
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->conns); d; d = d->next) {
+		struct bconn *c = lws_container_of(d, struct bconn, all);
+		if (c->id == id)
+			return c;
+	}
+	return NULL;
 }
 
-void nonce_free_all(void)
+void bc_set_state(struct bconn *c, enum bc_state st)
 {
-	nonce_purge(INT64_MAX);
+	c->state = st;
+	c->t_state = util_mono_ms();
 }
 
-/* ---------------------------------------------------------------- helpers */
-
-int bc_send_text(struct bconn *c, const char *json)
+static int send_json(struct bconn *c, cJSON *o)
 {
-	return bq_append(&c->out, json, strlen(json), 1);
+	char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+	int rc = s ? bq_append(&c->out, s, strlen(s), 1) : -1;
+	cJSON_free(s);
+	cJSON_Delete(o);
+	return rc;
 }
 
 int bc_send_status(struct bconn *c, const char *state)
 {
 	cJSON *o = cJSON_CreateObject();
-	char *s;
-	int rc;
 	if (!o || !cJSON_AddStringToObject(o, "type", "status") ||
 	    !cJSON_AddStringToObject(o, "state", state)) {
 		cJSON_Delete(o);
 		return -1;
 	}
-	s = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	if (!s)
+	if (send_json(c, o) < 0)
 		return -1;
-	rc = bc_send_text(c, s);
-	cJSON_free(s);
-	return rc;
-}
-
-static struct bconn *conn_by_id(uint64_t id)
-{
-	for (struct bconn *c = B->conns; c; c = c->all_next)
-		if (c->id == id)
-			return c;
-	return NULL;
-}
-
-static void conn_link(struct bconn *c)
-{
-	c->all_prev = NULL;
-	c->all_next = B->conns;
-	if (B->conns)
-		B->conns->all_prev = c;
-	B->conns = c;
-	B->nconns++;
-}
-
-static void conn_unlink(struct bconn *c)
-{
-	if (c->all_prev)
-		c->all_prev->all_next = c->all_next;
-	else if (B->conns == c)
-		B->conns = c->all_next;
-	else
-		return; /* not linked */
-	if (c->all_next)
-		c->all_next->all_prev = c->all_prev;
-	c->all_next = c->all_prev = NULL;
-	B->nconns--;
-}
-
-/* The client as the front end saw it (X-Forwarded-For), else the socket peer;
- * for logs only. */
-static void peer_name(struct lws *wsi, char *out, size_t len)
-{
-	char xff[128];
-	int n = lws_hdr_custom_copy(wsi, xff, sizeof xff, "x-forwarded-for:", 16);
-	if (n > 0) {
-		char *comma = strchr(xff, ',');
-		if (comma)
-			*comma = '\0';
-		snprintf(out, len, "%.63s", xff);
-		return;
-	}
-	if (!lws_get_peer_simple(wsi, out, len))
-		snprintf(out, len, "?");
-}
-
-/* The session id in <console_path><sid>; NULL when the path does not fit. */
-static const char *path_sid(const char *path)
-{
-	const char *cp = B->cfg.console_path;
-	size_t bl = strlen(B->cfg.base_path), cl = strlen(cp);
-	if (bl && strncmp(path, B->cfg.base_path, bl) == 0 && strncmp(path + bl, cp, cl) == 0)
-		path += bl;
-	if (strncmp(path, cp, cl) != 0)
-		return NULL;
-	path += cl;
-	if (*path == '/')
-		path++;
-	return util_uuid_valid(path) ? path : NULL;
-}
-
-/* ------------------------------------------------------------ the checks */
-
-static void browser_established(struct lws *wsi, struct bconn *c)
-{
-	char path[512], tbuf[TICKET_MAX_LEN + 16];
-	const char *sid, *tk;
-	struct ticket t;
-	int rc;
-
-	c->wsi = wsi;
-	c->id = ++B->next_conn_id;
-	c->is_ws = 1;
-	c->state = BC_NEW;
-	c->t_state = bridge_now_ms();
-	conn_link(c);
-	B->st.accepted++;
-	peer_name(wsi, c->peer, sizeof c->peer);
-
-	if (B->stopping) {
-		bc_close(c, BS_CLOSE_GOING_AWAY, "bridge shutting down", 0);
-		return;
-	}
-	if (lws_hdr_copy(wsi, path, sizeof path, WSI_TOKEN_GET_URI) <= 0 ||
-	    !(sid = path_sid(path))) {
-		bc_close(c, BS_CLOSE_BAD_URL,
-		         "bad console url: expected <console_path><session id>", 0);
-		return;
-	}
-	memcpy(c->sid, sid, sizeof c->sid - 1);
-	c->sid[sizeof c->sid - 1] = '\0';
-
-	tk = lws_get_urlarg_by_name(wsi, "ticket=", tbuf, (int)sizeof tbuf);
-	if (!tk || !*tk) {
-		bc_close(c, BS_CLOSE_TICKET, "missing ticket", 0);
-		return;
-	}
-	enum ticket_status st =
-	    ticket_verify(B->cfg.ticket_key, B->cfg.ticket_key_len, tk, util_epoch_s(), &t);
-	explicit_bzero(tbuf, sizeof tbuf);
-	if (st != TICKET_OK) {
-		bc_close(c, BS_CLOSE_TICKET, ticket_status_str(st), 0);
-		return;
-	}
-	if (strcmp(t.sid, c->sid) != 0) {
-		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this session", 0);
-		return;
-	}
-	if (!util_dns_label_ok(t.vm)) {
-		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket names an invalid vm", 0);
-		return;
-	}
-	rc = nonce_use(t.nonce, t.exp);
-	if (rc != 0) {
-		if (rc > 0)
-			bc_close(c, BS_CLOSE_TICKET, "ticket already used", 0);
-		else
-			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
-		return;
-	}
-	memcpy(c->user, t.user, sizeof c->user);
-	memcpy(c->vm, t.vm, sizeof c->vm);
-	explicit_bzero(&t, sizeof t);
-
-	/* owner and state are checked by the database worker; keystrokes typed
-	 * meanwhile wait in the socket */
-	c->state = BC_CHECKING;
-	c->t_state = bridge_now_ms();
-	lws_rx_flow_control(wsi, 0);
-	c->rx_paused = 1;
-	if (db_check(c->id, c->sid, c->vm) < 0)
-		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
-}
-
-static void check_answer(struct bconn *c, const struct db_result *r)
-{
-	char reason[96];
-
-	switch (r->status) {
-	case DB_UNAVAILABLE:
-		bc_close(c, BS_CLOSE_UNAVAILABLE, "database unavailable, try again", 0);
-		return;
-	case DB_NOT_FOUND:
-		bc_close(c, BS_CLOSE_ENDED, "session not found", 0);
-		return;
-	case DB_VM_MISMATCH:
-		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this session's vm", 0);
-		return;
-	case DB_OK:
-		break;
-	}
-	if (strcmp(r->user, c->user) != 0) {
-		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this user", 0);
-		return;
-	}
-	if (strcmp(r->state, "starting") == 0) {
-		bc_close(c, BS_CLOSE_NOT_READY, "session not ready yet", 0);
-		return;
-	}
-	if (strcmp(r->state, "ready") != 0) {
-		snprintf(reason, sizeof reason, "session %s", r->state);
-		bc_close(c, BS_CLOSE_ENDED, reason, 0);
-		return;
-	}
-	lws_rx_flow_control(c->wsi, 1);
-	c->rx_paused = 0;
-	bs_attach(c);
-}
-
-void browser_db_results(void)
-{
-	struct db_result *r = db_results(), *next;
-	for (; r; r = next) {
-		next = r->next;
-		switch (r->kind) {
-		case DB_CHECK: {
-			struct bconn *c = conn_by_id(r->conn_id);
-			if (c && c->state == BC_CHECKING)
-				check_answer(c, r);
-			break;
-		}
-		case DB_ENDED: {
-			struct bsession *s = bs_find(r->sid);
-			if (s)
-				bs_close(s, BS_CLOSE_ENDED, "session ended");
-			break;
-		}
-		case DB_STATUS:
-			if (r->up != B->db_up)
-				log_info("database %s",
-				         r->up ? "reachable"
-				               : "unreachable: "
-				                 "refusing new consoles, keeping open ones");
-			B->db_up = r->up;
-			if (r->up)
-				B->last_recheck = 0; /* re-check the open sessions now */
-			break;
-		case DB_RECHECK:
-			break;
-		}
-		free(r);
-	}
-}
-
-void browser_tick(int64_t now)
-{
-	for (struct bconn *c = B->conns; c; c = c->all_next) {
-		if (c->state == BC_CHECKING && now - c->t_state > BS_CHECK_TIMEOUT_S * 1000)
-			bc_close(c, BS_CLOSE_UNAVAILABLE, "database check timed out, try again", 0);
-		else if (c->state == BC_ATTACHED && c->t_high &&
-		         now - c->t_high > (int64_t)B->cfg.console_ping_s * 2000)
-			bc_close(c, BS_CLOSE_POLICY, "browser not reading console output", 0);
-		else if (c->state == BC_CLOSING && !c->killed &&
-		         now - c->t_state > BS_CLOSE_GRACE_S * 1000) {
-			/* the browser does not read: drop it without the niceties */
-			c->killed = 1;
-			lws_set_timeout(c->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT,
-			                LWS_TO_KILL_ASYNC);
-		}
-	}
-}
-
-/* ------------------------------------------------------------------ stats */
-
-static char *stats_json(void)
-{
-	static const char *const names[8] = {"ticket",   "forbidden", "not_ready",   "ended",
-	                                     "too_many", "upstream",  "unavailable", "other"};
-	cJSON *o = cJSON_CreateObject(), *ref, *arr;
-	char *s = NULL;
-	int open = 0;
-
-	if (!o)
-		return NULL;
-	for (struct bsession *x = B->sessions; x; x = x->next)
-		if (x->up_state == UP_OPEN)
-			open++;
-	if (!cJSON_AddNumberToObject(o, "browsers", B->nconns) ||
-	    !cJSON_AddNumberToObject(o, "sessions", B->nsessions) ||
-	    !cJSON_AddNumberToObject(o, "upstreams_open", open) ||
-	    !cJSON_AddNumberToObject(o, "accepted", (double)B->st.accepted) ||
-	    !cJSON_AddNumberToObject(o, "upstream_connects", (double)B->st.upstream_connects) ||
-	    !cJSON_AddNumberToObject(o, "upstream_failures", (double)B->st.upstream_failures) ||
-	    !cJSON_AddNumberToObject(o, "bytes_down", (double)B->st.bytes_down) ||
-	    !cJSON_AddNumberToObject(o, "bytes_up", (double)B->st.bytes_up) ||
-	    !cJSON_AddNumberToObject(o, "nonces", (double)nnonces) ||
-	    !cJSON_AddBoolToObject(o, "database", B->db_up) ||
-	    !(ref = cJSON_AddObjectToObject(o, "refused")) ||
-	    !(arr = cJSON_AddArrayToObject(o, "session_list")))
-		goto out;
-	for (int i = 0; i < 8; i++)
-		if (!cJSON_AddNumberToObject(ref, names[i], (double)B->st.refused[i]))
-			goto out;
-	for (struct bsession *x = B->sessions; x; x = x->next) {
-		static const char *const ups[] = {"none", "connecting", "open", "closing"};
-		cJSON *e = cJSON_CreateObject();
-		if (!e)
-			goto out;
-		cJSON_AddItemToArray(arr, e);
-		if (!cJSON_AddStringToObject(e, "id", x->sid) ||
-		    !cJSON_AddStringToObject(e, "vm", x->vm) ||
-		    !cJSON_AddStringToObject(e, "upstream", ups[x->up_state]) ||
-		    !cJSON_AddNumberToObject(e, "browsers", x->nconns) ||
-		    !cJSON_AddBoolToObject(e, "closing", x->dead))
-			goto out;
-	}
-	s = cJSON_PrintUnformatted(o);
-out:
-	cJSON_Delete(o);
-	return s;
-}
-
-static int http_request(struct lws *wsi, struct bconn *c, const char *uri)
-{
-	unsigned char hdr[LWS_PRE + 512], *p = hdr + LWS_PRE, *end = hdr + sizeof hdr;
-	char xff[64];
-
-	/* local callers only: anything the front end forwarded carries X-Forwarded-For */
-	if (strcmp(uri, STATS_PATH) != 0 ||
-	    lws_hdr_custom_copy(wsi, xff, sizeof xff, "x-forwarded-for:", 16) > 0) {
-		if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL))
-			return -1;
-		return lws_http_transaction_completed(wsi) ? -1 : 0;
-	}
-	free(c->http_body);
-	c->http_body = stats_json();
-	if (!c->http_body)
-		return -1;
-	c->http_len = strlen(c->http_body);
-	if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, "application/json",
-	                                (lws_filepos_t)c->http_len, &p, end) ||
-	    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
-	                                 (const unsigned char *)"no-store", 8, &p, end) ||
-	    lws_finalize_write_http_header(wsi, hdr + LWS_PRE, &p, end))
-		return -1;
-	lws_callback_on_writable(wsi);
+	lws_callback_on_writable(c->wsi);
 	return 0;
 }
 
-static int http_writeable(struct lws *wsi, struct bconn *c)
+int bc_send(struct bconn *c, const void *p, size_t n)
 {
-	if (!c->http_body)
+	if (bq_append(&c->out, p, n, 0) < 0)
+		return -1;
+	lws_callback_on_writable(c->wsi);
+	if (c->out.bytes <= BS_DOWN_HIGH)
 		return 0;
-	unsigned char *buf = malloc(LWS_PRE + c->http_len);
-	if (!buf)
-		return -1;
-	memcpy(buf + LWS_PRE, c->http_body, c->http_len);
-	int n = lws_write(wsi, buf + LWS_PRE, c->http_len, LWS_WRITE_HTTP_FINAL);
-	free(buf);
-	free(c->http_body);
-	c->http_body = NULL;
-	if (n < (int)c->http_len)
-		return -1;
-	return lws_http_transaction_completed(wsi) ? -1 : 0;
+	if (!c->t_high)
+		c->t_high = util_mono_ms();
+	return 1;
 }
 
-/* ------------------------------------------------------------ the callback */
+/* refusals by class, for /console-stats */
+static int refuse_index(int code)
+{
+	switch (code) {
+	case BS_CLOSE_BAD_URL:
+	case BS_CLOSE_TICKET:
+		return 0;
+	case BS_CLOSE_FORBIDDEN:
+		return 1;
+	case BS_CLOSE_NOT_READY:
+		return 2;
+	case BS_CLOSE_ENDED:
+		return 3;
+	case BS_CLOSE_TOO_MANY:
+		return 4;
+	case BS_CLOSE_UPSTREAM:
+		return 5;
+	case BS_CLOSE_UNAVAILABLE:
+		return 6;
+	default:
+		return 7;
+	}
+}
 
-static int browser_writeable(struct lws *wsi, struct bconn *c)
+void bc_close(struct bconn *c, int code, const char *reason, int flush)
+{
+	if (c->state == BC_CLOSING)
+		return;
+	if (c->state == BC_NEW || c->state == BC_CHECKING)
+		B->st.refused[refuse_index(code)]++;
+	if (c->sess)
+		log_info("session %s: console %llu closed: %d %s", c->sid,
+		         (unsigned long long)c->id, code, reason);
+	else
+		log_info("session %s: console %llu refused (peer %s): %d %s",
+		         c->sid[0] ? c->sid : "-", (unsigned long long)c->id, c->peer, code,
+		         reason);
+	bc_set_state(c, BC_CLOSING);
+	c->close_code = code;
+	snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+	if (!flush)
+		bq_clear(&c->out);
+	cJSON *o = cJSON_CreateObject();
+	if (!o || !cJSON_AddStringToObject(o, "type", "closed") ||
+	    !cJSON_AddNumberToObject(o, "code", code) ||
+	    !cJSON_AddStringToObject(o, "reason", c->close_reason)) {
+		cJSON_Delete(o);
+	} else if (send_json(c, o) < 0) {
+		bq_clear(&c->out); /* the close frame alone still carries the reason */
+	}
+	if (c->rx_paused) {
+		lws_rx_flow_control(c->wsi, 1); /* let lws see the peer's close */
+		c->rx_paused = 0;
+	}
+	lws_callback_on_writable(c->wsi);
+}
+
+void bc_rx(struct bconn *c, int enable)
+{
+	if (enable) {
+		c->want_pause = 0;
+		if (c->rx_paused && c->state == BC_ATTACHED) {
+			lws_rx_flow_control(c->wsi, 1);
+			c->rx_paused = 0;
+		}
+	} else if (!c->rx_paused) {
+		c->want_pause = 1;
+		lws_callback_on_writable(c->wsi);
+	}
+}
+
+int bc_writeable(struct bconn *c)
 {
 	unsigned char *p;
 	int is_text = 0;
@@ -428,103 +160,30 @@ static int browser_writeable(struct lws *wsi, struct bconn *c)
 	if (c->want_pause) {
 		c->want_pause = 0;
 		if (!c->rx_paused && c->state == BC_ATTACHED) {
-			lws_rx_flow_control(wsi, 0);
+			lws_rx_flow_control(c->wsi, 0);
 			c->rx_paused = 1;
 		}
 	}
 	n = bq_peek(&c->out, &p, &is_text);
 	if (!n) {
 		if (c->state == BC_CLOSING) {
-			lws_close_reason(wsi, (enum lws_close_status)c->close_code,
+			lws_close_reason(c->wsi, (enum lws_close_status)c->close_code,
 			                 (unsigned char *)c->close_reason, strlen(c->close_reason));
 			return -1;
 		}
 		return 0;
 	}
-	int m = lws_write(wsi, p, n, is_text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
+	int m = lws_write(c->wsi, p, n, is_text ? LWS_WRITE_TEXT : LWS_WRITE_BINARY);
 	if (m < (int)n) {
 		log_info("session %s: console %llu: write failed, dropping",
 		         c->sid[0] ? c->sid : "-", (unsigned long long)c->id);
 		return -1;
 	}
 	bq_consume(&c->out, n);
-	if (c->out.bytes <= BS_DOWN_LOW) {
+	int low = c->out.bytes <= BS_DOWN_LOW;
+	if (low)
 		c->t_high = 0;
-		bs_browser_drained(c);
-	}
 	if (c->out.head || c->state == BC_CLOSING)
-		lws_callback_on_writable(wsi);
-	return 0;
-}
-
-int callback_browser(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                     size_t len)
-{
-	struct bconn *c = user;
-
-	switch (reason) {
-	case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-		/* a database answer, or SIGTERM: see main.c */
-		bridge_wakeup();
-		return 0;
-
-	case LWS_CALLBACK_HTTP:
-		return c ? http_request(wsi, c, in ? (const char *)in : "") : -1;
-	case LWS_CALLBACK_HTTP_WRITEABLE:
-		return c ? http_writeable(wsi, c) : -1;
-	case LWS_CALLBACK_CLOSED_HTTP:
-		if (c) {
-			free(c->http_body);
-			c->http_body = NULL;
-		}
-		break;
-
-	case LWS_CALLBACK_ESTABLISHED:
-		if (c->http_body) { /* pss reused from the HTTP phase */
-			free(c->http_body);
-			c->http_body = NULL;
-		}
-		browser_established(wsi, c);
-		return 0;
-
-	case LWS_CALLBACK_RECEIVE:
-		if (c->state != BC_ATTACHED)
-			return 0; /* closing, or (with RX paused) not yet checked */
-		if (!lws_frame_is_binary(wsi))
-			return 0; /* control messages: nothing to do for a serial line */
-		bs_browser_input(c, in, len);
-		return 0;
-
-	case LWS_CALLBACK_SERVER_WRITEABLE:
-		return browser_writeable(wsi, c);
-
-	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-		if (c->state != BC_CLOSING) {
-			int code = len >= 2
-			               ? ((unsigned char *)in)[0] << 8 | ((unsigned char *)in)[1]
-			               : 1005;
-			if (c->sess)
-				log_info("session %s: console %llu closed by the browser (%d)",
-				         c->sid, (unsigned long long)c->id, code);
-			bs_detach(c);
-		}
-		return 0;
-
-	case LWS_CALLBACK_CLOSED:
-		if (!c->is_ws)
-			break;
-		if (c->state != BC_CLOSING && c->sess)
-			log_info("session %s: console %llu gone", c->sid,
-			         (unsigned long long)c->id);
-		bs_detach(c);
-		conn_unlink(c);
-		bq_clear(&c->out);
-		c->state = BC_CLOSING;
-		c->is_ws = 0;
-		return 0;
-
-	default:
-		break;
-	}
-	return lws_callback_http_dummy(wsi, reason, user, in, len);
+		lws_callback_on_writable(c->wsi);
+	return low;
 }

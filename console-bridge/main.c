@@ -1,7 +1,9 @@
-/* main.c - labvm-console: configuration, the lws context and its two vhosts
- * (the listening one for browsers, a non-listening one for the upstream
- * client connections and their TLS trust), signals, the periodic tick and the
- * service loop. See bridge.h for the protocol and the threads. */
+/* main.c - labvm-console: configuration, the context (struct bridge), the
+ * lws context and its vhosts (the listening one for browsers, a non-listening
+ * one for the upstream client connections and their TLS trust, and one for
+ * main's own events), signals, the database answers, the periodic tick and
+ * the service loop. Nothing calls into main.c. See bridge.h for the protocol,
+ * the threads and the files. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,18 +12,19 @@
 #include <time.h>
 
 #include "bridge.h"
+#include "db.h"
 #include "log.h"
+#include "server.h"
+#include "session.h"
+#include "upstream.h"
 #include "util.h"
 
 struct bridge *B;
 
 static volatile sig_atomic_t stop_requested;
 static int done;
-
-int64_t bridge_now_ms(void)
-{
-	return util_mono_ms();
-}
+static lws_sorted_usec_list_t tick_sul;
+static int64_t last_recheck, stop_deadline;
 
 /* lws's own messages (warn and err only): never let a ticket through */
 static void lws_emit(int level, const char *line)
@@ -50,73 +53,99 @@ static void on_signal(int sig)
 
 static void begin_stop(void)
 {
-	struct bsession *s, *sn;
-	struct bconn *c, *cn;
+	int nc = (int)B->conns.count, ns = (int)B->sessions.count;
 
 	B->stopping = 1;
-	B->stop_deadline = bridge_now_ms() + 3000;
-	log_info("SIGTERM: closing %d console%s and %d session%s", B->nconns,
-	         B->nconns == 1 ? "" : "s", B->nsessions, B->nsessions == 1 ? "" : "s");
-	for (s = B->sessions; s; s = sn) {
-		sn = s->next;
-		bs_close(s, BS_CLOSE_GOING_AWAY, "bridge shutting down");
-	}
-	for (c = B->conns; c; c = cn) {
-		cn = c->all_next;
-		bc_close(c, BS_CLOSE_GOING_AWAY, "bridge shutting down", 0);
-	}
+	stop_deadline = util_mono_ms() + 3000;
+	log_info("SIGTERM: closing %d console%s and %d session%s", nc, nc == 1 ? "" : "s", ns,
+	         ns == 1 ? "" : "s");
+	bs_close_all(BS_CLOSE_GOING_AWAY, "bridge shutting down");
+	server_close_all();
 }
 
 static void tick(lws_sorted_usec_list_t *sul)
 {
-	int64_t now = bridge_now_ms();
+	int64_t now = util_mono_ms();
 	(void)sul;
 
-	browser_tick(now);
+	server_tick(now);
 	bs_tick(now);
-	if (!B->stopping && now - B->last_recheck >= BS_RECHECK_S * 1000) {
-		B->last_recheck = now;
-		size_t n = 0;
-		for (struct bsession *s = B->sessions; s; s = s->next)
-			n += !s->dead;
-		if (n) {
-			char(*sids)[37] = malloc(n * sizeof *sids);
-			if (sids) {
-				size_t i = 0;
-				for (struct bsession *s = B->sessions; s; s = s->next)
-					if (!s->dead)
-						memcpy(sids[i++], s->sid, 37);
-				if (db_recheck(sids, i) < 0)
-					log_warn("re-check: out of memory");
-				free(sids);
-			}
-		}
+	if (!B->stopping && now - last_recheck >= BS_RECHECK_S * 1000) {
+		last_recheck = now;
+		if (bs_recheck() < 0)
+			log_warn("re-check: out of memory");
 	}
-	nonce_purge(util_epoch_s());
-	if (B->stopping && ((!B->nconns && !B->nsessions) || now > B->stop_deadline)) {
+	if (B->stopping && ((!B->conns.count && !B->sessions.count) || now > stop_deadline)) {
 		done = 1;
 		lws_cancel_service(B->ctx);
 		return;
 	}
-	lws_sul_schedule(B->ctx, 0, &B->tick, tick, (B->stopping ? 100 : 1000) * LWS_US_PER_MS);
+	lws_sul_schedule(B->ctx, 0, &tick_sul, tick, (B->stopping ? 100 : 1000) * LWS_US_PER_MS);
 }
 
-void bridge_wakeup(void)
+static void db_answers(void)
 {
-	browser_db_results();
+	struct db_result *r = db_results(), *next;
+	for (; r; r = next) {
+		next = r->next;
+		switch (r->kind) {
+		case DB_CHECK:
+			server_check_answer(r);
+			break;
+		case DB_ENDED:
+			bs_ended(r->sid);
+			break;
+		case DB_STATUS:
+			if (r->up != B->db_up)
+				log_info("database %s",
+				         r->up ? "reachable"
+				               : "unreachable: "
+				                 "refusing new consoles, keeping open ones");
+			B->db_up = r->up;
+			if (r->up)
+				last_recheck = 0; /* re-check the open sessions now */
+			break;
+		case DB_RECHECK:
+			break;
+		}
+		free(r);
+	}
+}
+
+/* lws_cancel_service() from the database worker or the signal handler */
+static void wakeup(void)
+{
+	db_answers();
 	if (stop_requested && !B->stopping) {
 		begin_stop();
-		lws_sul_schedule(B->ctx, 0, &B->tick, tick, 50 * LWS_US_PER_MS);
+		lws_sul_schedule(B->ctx, 0, &tick_sul, tick, 50 * LWS_US_PER_MS);
 	}
+}
+
+/* main's own protocol, on a vhost that neither listens nor connects: lws
+ * broadcasts EVENT_WAIT_CANCELLED to every protocol of every vhost */
+static int callback_events(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                           size_t len)
+{
+	if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) {
+		wakeup();
+		return 0;
+	}
+	return lws_callback_http_dummy(wsi, reason, user, in, len);
 }
 
 static const struct lws_protocols server_protocols[] = {
     /* first: a client that names no subprotocol lands here too (PLATFORM.md §5) */
-    {BRIDGE_PROTO, callback_browser, sizeof(struct bconn), 4096, 0, NULL, 0},
+    {BRIDGE_PROTO, server_callback, sizeof(struct bconn), 4096, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0}};
 
+/* one per upstream kind (upstream.h) */
 static const struct lws_protocols client_protocols[] = {
-    {UPSTREAM_LOCAL, callback_upstream, 0, 4096, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
+    {UPSTREAM_KUBEVIRT_LOCAL, upstream_kubevirt_callback, 0, 4096, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0}};
+
+static const struct lws_protocols event_protocols[] = {
+    {"labvm-console-events", callback_events, 0, 0, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
 
 static lws_retry_bo_t browser_retry;
 
@@ -155,13 +184,11 @@ int main(int argc, char **argv)
 		log_err("config: %s", err);
 		return 1;
 	}
-	B->console_linger_s = B->cfg.console_linger_s;
 	if (parse_listen(B->cfg.console_listen, iface, sizeof iface, &port) < 0) {
 		log_err("config: console_listen '%s' is not host:port", B->cfg.console_listen);
 		goto out;
 	}
-	if (upstream_parse_api(B->cfg.kube_api, B->kube_host, sizeof B->kube_host, &B->kube_port,
-	                       B->kube_prefix, sizeof B->kube_prefix) < 0) {
+	if (kubeapi_parse(B->cfg.kube_api, &B->kube) < 0) {
 		log_err("config: kube_api '%s' is not https://host[:port][/path]", B->cfg.kube_api);
 		goto out;
 	}
@@ -169,7 +196,8 @@ int main(int argc, char **argv)
 		log_err("config: console_path '%s' must start with /", B->cfg.console_path);
 		goto out;
 	}
-	if (upstream_load_token() < 0)
+	B->kube.token_file = B->cfg.kube_token_file;
+	if (kubeapi_load_token(&B->kube) < 0)
 		log_warn("no service-account token yet; consoles fail until %s is readable",
 		         B->cfg.kube_token_file);
 
@@ -220,10 +248,20 @@ int main(int argc, char **argv)
 	info.protocols = client_protocols;
 	info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 	info.client_ssl_ca_filepath = B->cfg.kube_ca_file;
-	B->vhost = lws_create_vhost(B->ctx, &info);
-	if (!B->vhost) {
+	B->up_vhost = lws_create_vhost(B->ctx, &info);
+	if (!B->up_vhost) {
 		log_err("cannot set up the upstream TLS client (kube_ca_file %s)",
 		        B->cfg.kube_ca_file);
+		goto out;
+	}
+
+	/* main's events (database answers, signals) */
+	memset(&info, 0, sizeof info);
+	info.vhost_name = "events";
+	info.port = CONTEXT_PORT_NO_LISTEN;
+	info.protocols = event_protocols;
+	if (!lws_create_vhost(B->ctx, &info)) {
+		log_err("lws: cannot create the events vhost");
 		goto out;
 	}
 
@@ -231,31 +269,27 @@ int main(int argc, char **argv)
 		log_err("cannot start the database worker: %s", strerror(errno));
 		goto out;
 	}
-	lws_sul_schedule(B->ctx, 0, &B->tick, tick, 1000 * LWS_US_PER_MS);
+	lws_sul_schedule(B->ctx, 0, &tick_sul, tick, 1000 * LWS_US_PER_MS);
 	log_info("listening on %s (path %s), upstream %s:%d namespace %s, ping %d s, linger %d s",
-	         B->cfg.console_listen, B->cfg.console_path, B->kube_host, B->kube_port,
-	         B->cfg.namespace_, B->cfg.console_ping_s, B->console_linger_s);
+	         B->cfg.console_listen, B->cfg.console_path, B->kube.host, B->kube.port,
+	         B->cfg.namespace_, B->cfg.console_ping_s, B->cfg.console_linger_s);
 
 	while (!done && lws_service(B->ctx, 0) >= 0) {
 		if (stop_requested && !B->stopping)
-			bridge_wakeup();
+			wakeup();
 	}
 	rc = 0;
 	log_info("stopped");
 out:
 	db_stop();
 	if (B->ctx) {
-		lws_sul_cancel(&B->tick);
+		lws_sul_cancel(&tick_sul);
 		lws_context_destroy(B->ctx);
 		B->ctx = NULL;
 	}
-	while (B->sessions)
-		bs_free(B->sessions);
-	nonce_free_all();
-	if (B->bearer) {
-		explicit_bzero(B->bearer, strlen(B->bearer));
-		free(B->bearer);
-	}
+	bs_free_all();
+	server_free();
+	kubeapi_free(&B->kube);
 	cfg_free(&B->cfg);
 	return rc;
 }

@@ -1,146 +1,36 @@
-/* session.c - bridge sessions: the shared upstream of one console session,
- * per-direction queues, flow control, the replay ring, and every close (with
- * its reason, logged once). Runs on the lws service thread only. */
+/* session.c - console sessions (session.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "bridge.h"
+#include "db.h"
 #include "log.h"
+#include "session.h"
+#include "util.h"
 
-/* ------------------------------------------------------------------ queue */
+#define conn_of(d) lws_container_of(d, struct bconn, in_sess)
+#define sess_of(d) lws_container_of(d, struct bsession, list)
 
-int bq_append(struct bq *q, const void *p, size_t n, int is_text)
+static void up_opened(void *owner);
+static void up_data(void *owner, const void *p, size_t n);
+static void up_drained(void *owner, size_t queued);
+static void up_closed(void *owner, const char *why);
+
+static const struct upstream_events up_events = {
+    .opened = up_opened,
+    .data = up_data,
+    .drained = up_drained,
+    .closed = up_closed,
+};
+
+static struct bsession *bs_find(const char *sid)
 {
-	struct bq_chunk *t = q->tail;
-
-	if (!n && !is_text)
-		return 0;
-	if (!is_text && t && !t->is_text && t->cap - t->len >= n) {
-		memcpy(t->data + LWS_PRE + t->len, p, n);
-		t->len += n;
-		q->bytes += n;
-		return 0;
-	}
-	size_t cap = is_text || n >= BS_CHUNK_MIN ? n : BS_CHUNK_MIN;
-	struct bq_chunk *c = malloc(sizeof *c + LWS_PRE + cap);
-	if (!c)
-		return -1;
-	c->next = NULL;
-	c->off = 0;
-	c->len = n;
-	c->cap = cap;
-	c->is_text = is_text;
-	if (n)
-		memcpy(c->data + LWS_PRE, p, n);
-	if (t)
-		t->next = c;
-	else
-		q->head = c;
-	q->tail = c;
-	q->bytes += n;
-	return 0;
-}
-
-size_t bq_peek(struct bq *q, unsigned char **p, int *is_text)
-{
-	struct bq_chunk *c = q->head;
-	if (!c)
-		return 0;
-	size_t n = c->len - c->off;
-	*p = c->data + LWS_PRE + c->off;
-	*is_text = c->is_text;
-	if (!c->is_text && n > BS_WRITE_MAX)
-		n = BS_WRITE_MAX;
-	return n;
-}
-
-void bq_consume(struct bq *q, size_t n)
-{
-	struct bq_chunk *c = q->head;
-	if (!c)
-		return;
-	c->off += n;
-	q->bytes -= n;
-	if (c->off >= c->len) {
-		q->head = c->next;
-		if (!q->head)
-			q->tail = NULL;
-		free(c);
-	}
-}
-
-void bq_clear(struct bq *q)
-{
-	struct bq_chunk *c = q->head, *n;
-	for (; c; c = n) {
-		n = c->next;
-		free(c);
-	}
-	q->head = q->tail = NULL;
-	q->bytes = 0;
-}
-
-/* ------------------------------------------------------------------- ring */
-
-static void ring_put(struct bsession *s, const unsigned char *p, size_t n)
-{
-	if (!s->ring) {
-		s->ring = malloc(BS_RING_SIZE);
-		if (!s->ring)
-			return; /* replay is a convenience; skip it under memory pressure */
-	}
-	if (n >= BS_RING_SIZE) {
-		memcpy(s->ring, p + n - BS_RING_SIZE, BS_RING_SIZE);
-		s->ring_start = 0;
-		s->ring_len = BS_RING_SIZE;
-		return;
-	}
-	size_t end = (s->ring_start + s->ring_len) % BS_RING_SIZE;
-	size_t first = BS_RING_SIZE - end < n ? BS_RING_SIZE - end : n;
-	memcpy(s->ring + end, p, first);
-	memcpy(s->ring, p + first, n - first);
-	s->ring_len += n;
-	if (s->ring_len > BS_RING_SIZE) {
-		s->ring_start = (s->ring_start + s->ring_len - BS_RING_SIZE) % BS_RING_SIZE;
-		s->ring_len = BS_RING_SIZE;
-	}
-}
-
-/* Queue the ring's content for one browser. When the ring has wrapped, start
- * after the first newline so the replay does not begin inside an escape
- * sequence or a UTF-8 character. */
-static int ring_replay(struct bsession *s, struct bconn *c)
-{
-	if (!s->ring || !s->ring_len)
-		return 0;
-	unsigned char *tmp = malloc(s->ring_len);
-	if (!tmp)
-		return -1;
-	size_t first = BS_RING_SIZE - s->ring_start;
-	if (first > s->ring_len)
-		first = s->ring_len;
-	memcpy(tmp, s->ring + s->ring_start, first);
-	memcpy(tmp + first, s->ring, s->ring_len - first);
-	size_t skip = 0;
-	if (s->ring_len == BS_RING_SIZE) {
-		unsigned char *nl = memchr(tmp, '\n', s->ring_len);
-		if (nl)
-			skip = (size_t)(nl - tmp) + 1;
-	}
-	int rc = bq_append(&c->out, tmp + skip, s->ring_len - skip, 0);
-	free(tmp);
-	return rc;
-}
-
-/* --------------------------------------------------------------- sessions */
-
-struct bsession *bs_find(const char *sid)
-{
-	for (struct bsession *s = B->sessions; s; s = s->next)
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
+		struct bsession *s = sess_of(d);
 		if (!s->dead && strcmp(s->sid, sid) == 0)
 			return s;
+	}
 	return NULL;
 }
 
@@ -152,47 +42,53 @@ static struct bsession *bs_new(const struct bconn *c)
 	memcpy(s->sid, c->sid, sizeof s->sid);
 	memcpy(s->user, c->user, sizeof s->user);
 	memcpy(s->vm, c->vm, sizeof s->vm);
-	s->next = B->sessions;
-	B->sessions = s;
-	B->nsessions++;
+	/* the one place that picks the upstream kind (a Pod's exec stream comes next) */
+	s->up_ops = &upstream_kubevirt_console;
+	lws_dll2_add_head(&s->list, &B->sessions);
 	return s;
 }
 
-void bs_free(struct bsession *s)
+static void bs_free(struct bsession *s)
 {
-	struct bsession **pp;
-	for (pp = &B->sessions; *pp; pp = &(*pp)->next)
-		if (*pp == s) {
-			*pp = s->next;
-			B->nsessions--;
-			break;
-		}
-	bq_clear(&s->to_up);
-	free(s->ring);
+	lws_dll2_remove(&s->list);
+	ring_free(&s->ring);
 	free(s);
 }
 
-int bs_refuse_index(int code)
+void bs_free_all(void)
 {
-	switch (code) {
-	case BS_CLOSE_BAD_URL:
-	case BS_CLOSE_TICKET:
-		return 0;
-	case BS_CLOSE_FORBIDDEN:
-		return 1;
-	case BS_CLOSE_NOT_READY:
-		return 2;
-	case BS_CLOSE_ENDED:
-		return 3;
-	case BS_CLOSE_TOO_MANY:
-		return 4;
-	case BS_CLOSE_UPSTREAM:
-		return 5;
-	case BS_CLOSE_UNAVAILABLE:
-		return 6;
-	default:
-		return 7;
+	while (lws_dll2_get_head(&B->sessions))
+		bs_free(sess_of(lws_dll2_get_head(&B->sessions)));
+}
+
+static int any_browser_above(struct bsession *s, size_t mark)
+{
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns); d; d = d->next) {
+		if (conn_of(d)->out.bytes > mark)
+			return 1;
 	}
+	return 0;
+}
+
+/* Resume reading the upstream unless a browser is still above the low mark. */
+static void up_maybe_resume(struct bsession *s)
+{
+	if (s->up && !any_browser_above(s, BS_DOWN_LOW))
+		s->up_ops->rx(s->up, 1);
+}
+
+static int open_upstream(struct bsession *s)
+{
+	B->st.upstream_connects++;
+	s->up_state = UP_CONNECTING;
+	s->t_open_start = util_mono_ms();
+	s->up = s->up_ops->open(s->sid, s->vm, &up_events, s);
+	if (!s->up) {
+		s->up_state = UP_NONE;
+		B->st.upstream_failures++;
+		return -1;
+	}
+	return 0;
 }
 
 int bs_attach(struct bconn *c)
@@ -205,7 +101,7 @@ int bs_attach(struct bconn *c)
 		bs_close(s, BS_CLOSE_ENDED, "session changed");
 		s = NULL;
 	}
-	if (s && s->nconns >= B->cfg.console_max_per_session) {
+	if (s && (int)s->conns.count >= B->cfg.console_max_per_session) {
 		bc_close(c, BS_CLOSE_TOO_MANY, "too many consoles open for this session", 0);
 		return -1;
 	}
@@ -219,32 +115,27 @@ int bs_attach(struct bconn *c)
 		created = 1;
 	}
 	c->sess = s;
-	c->sess_next = s->conns;
-	s->conns = c;
-	s->nconns++;
+	lws_dll2_add_head(&c->in_sess, &s->conns);
 	s->t_idle = 0;
-	c->state = BC_ATTACHED;
-	c->t_state = bridge_now_ms();
+	bc_set_state(c, BC_ATTACHED);
 
 	if (s->up_state == UP_OPEN) {
-		if (bc_send_status(c, "open") < 0 || ring_replay(s, c) < 0) {
-			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+		if (bc_send_status(c, "open") < 0 || ring_replay(&s->ring, &c->out) < 0) {
+			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 			return -1;
 		}
-		lws_callback_on_writable(c->wsi);
 		log_info("session %s: console %llu attached (user %s, %d open, upstream shared)",
-		         s->sid, (unsigned long long)c->id, c->user, s->nconns);
+		         s->sid, (unsigned long long)c->id, c->user, (int)s->conns.count);
 		return 0;
 	}
 	if (bc_send_status(c, "connecting") < 0) {
-		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+		bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 		return -1;
 	}
-	lws_callback_on_writable(c->wsi);
 	log_info("session %s: console %llu attached (user %s, %d open, upstream %s)", s->sid,
-	         (unsigned long long)c->id, c->user, s->nconns,
+	         (unsigned long long)c->id, c->user, (int)s->conns.count,
 	         created ? "opening" : "already opening");
-	if (s->up_state == UP_NONE && upstream_open(s) < 0) {
+	if (s->up_state == UP_NONE && open_upstream(s) < 0) {
 		bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: cannot connect");
 		return -1;
 	}
@@ -256,83 +147,27 @@ void bs_detach(struct bconn *c)
 	struct bsession *s = c->sess;
 	if (!s)
 		return;
-	for (struct bconn **pp = &s->conns; *pp; pp = &(*pp)->sess_next)
-		if (*pp == c) {
-			*pp = c->sess_next;
-			s->nconns--;
-			break;
-		}
+	lws_dll2_remove(&c->in_sess);
 	c->sess = NULL;
-	c->sess_next = NULL;
 	if (s->dead)
 		return; /* bs_close() is closing everything and frees s */
-	if (!s->nconns) {
-		s->t_idle = bridge_now_ms();
-		if (B->console_linger_s == 0 || B->stopping) {
+	if (!s->conns.count) {
+		s->t_idle = util_mono_ms();
+		if (B->cfg.console_linger_s == 0 || B->stopping) {
 			bs_close(s, BS_CLOSE_NORMAL, "last console closed");
 			return;
 		}
 		log_info("session %s: last console left; upstream kept for %d s", s->sid,
-		         B->console_linger_s);
+		         B->cfg.console_linger_s);
 	}
 	/* a paused upstream may have been waiting for this (slow) browser only */
-	if ((s->up_rx_paused || s->up_want_pause) && s->up) {
-		for (struct bconn *o = s->conns; o; o = o->sess_next)
-			if (o->out.bytes > BS_DOWN_LOW)
-				return;
-		s->up_want_pause = 0;
-		if (s->up_rx_paused) {
-			lws_rx_flow_control(s->up, 1);
-			s->up_rx_paused = 0;
-		}
-	}
+	up_maybe_resume(s);
 }
 
-static int json_closed(int code, const char *reason, char **out)
+void bs_close_browser(struct bconn *c, int code, const char *reason)
 {
-	cJSON *o = cJSON_CreateObject();
-	if (!o || !cJSON_AddStringToObject(o, "type", "closed") ||
-	    !cJSON_AddNumberToObject(o, "code", code) ||
-	    !cJSON_AddStringToObject(o, "reason", reason)) {
-		cJSON_Delete(o);
-		return -1;
-	}
-	*out = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	return *out ? 0 : -1;
-}
-
-void bc_close(struct bconn *c, int code, const char *reason, int flush)
-{
-	if (c->state == BC_CLOSING)
-		return;
-	if (c->state == BC_NEW || c->state == BC_CHECKING)
-		B->st.refused[bs_refuse_index(code)]++;
-	if (c->sess)
-		log_info("session %s: console %llu closed: %d %s", c->sess->sid,
-		         (unsigned long long)c->id, code, reason);
-	else
-		log_info("session %s: console %llu refused (peer %s): %d %s",
-		         c->sid[0] ? c->sid : "-", (unsigned long long)c->id, c->peer, code,
-		         reason);
+	bc_close(c, code, reason, 0);
 	bs_detach(c);
-	c->state = BC_CLOSING;
-	c->t_state = bridge_now_ms();
-	c->close_code = code;
-	snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
-	if (!flush)
-		bq_clear(&c->out);
-	char *json = NULL;
-	if (json_closed(code, c->close_reason, &json) == 0) {
-		if (bq_append(&c->out, json, strlen(json), 1) < 0)
-			bq_clear(&c->out); /* close frame alone still carries the reason */
-		cJSON_free(json);
-	}
-	if (c->rx_paused) {
-		lws_rx_flow_control(c->wsi, 1); /* let lws see the peer's close */
-		c->rx_paused = 0;
-	}
-	lws_callback_on_writable(c->wsi);
 }
 
 void bs_close(struct bsession *s, int code, const char *reason)
@@ -341,81 +176,105 @@ void bs_close(struct bsession *s, int code, const char *reason)
 		return;
 	log_info("session %s: console session closed: %d %s (%d browser%s, %llu bytes down, "
 	         "%llu up)",
-	         s->sid, code, reason, s->nconns, s->nconns == 1 ? "" : "s",
+	         s->sid, code, reason, (int)s->conns.count, s->conns.count == 1 ? "" : "s",
 	         (unsigned long long)s->bytes_down, (unsigned long long)s->bytes_up);
 	s->dead = 1;
 	/* flush output already received, then close with the reason */
-	while (s->conns)
-		bc_close(s->conns, code, reason, 1);
-	if (s->up)
-		upstream_close(s);
-	else
+	while (lws_dll2_get_head(&s->conns)) {
+		struct bconn *c = conn_of(lws_dll2_get_head(&s->conns));
+		bc_close(c, code, reason, 1);
+		bs_detach(c);
+	}
+	if (s->up) {
+		s->up_state = UP_CLOSING;
+		s->up_ops->close(s->up, B->stopping);
+	} else {
 		bs_free(s);
+	}
 }
 
-/* ---------------------------------------------------------------- relay */
-
-void bs_upstream_open(struct bsession *s)
+void bs_close_all(int code, const char *reason)
 {
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions), *d1; d; d = d1) {
+		d1 = d->next;
+		bs_close(sess_of(d), code, reason);
+	}
+}
+
+void bs_ended(const char *sid)
+{
+	struct bsession *s = bs_find(sid);
+	if (s)
+		bs_close(s, BS_CLOSE_ENDED, "session ended");
+}
+
+/* ------------------------------------------------------- upstream events */
+
+static void up_opened(void *owner)
+{
+	struct bsession *s = owner;
+
 	s->up_state = UP_OPEN;
 	log_info("session %s: upstream console open (vm %s)", s->sid, s->vm);
-	for (struct bconn *c = s->conns; c; c = c->sess_next) {
-		if (bc_send_status(c, "open") < 0) {
-			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
-			continue;
-		}
-		lws_callback_on_writable(c->wsi);
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns), *d1; d; d = d1) {
+		d1 = d->next;
+		struct bconn *c = conn_of(d);
+		if (bc_send_status(c, "open") < 0)
+			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 	}
+	if (s->dead || !s->up)
+		return; /* the last browser left above and closed the session */
 	/* the guest printed its prompt before anyone listened: ask for a fresh one
 	 * (a bare CR, as a user pressing Enter on virtctl console), once per session
 	 * object, only when nothing was typed yet */
-	if (!s->woke && !s->to_up.bytes && !s->ring_len) {
+	if (!s->woke && !s->up_ops->queued(s->up) && !s->ring.len) {
 		s->woke = 1;
-		if (bq_append(&s->to_up, "\r", 1, 0) < 0)
-			return;
+		s->up_ops->write(s->up, "\r", 1);
 	}
-	if (s->to_up.bytes)
-		lws_callback_on_writable(s->up);
 }
 
-void bs_upstream_data(struct bsession *s, const void *p, size_t n)
+static void up_data(void *owner, const void *p, size_t n)
 {
+	struct bsession *s = owner;
 	int high = 0;
 
 	s->bytes_down += n;
 	B->st.bytes_down += n;
-	ring_put(s, p, n);
-	for (struct bconn *c = s->conns, *next; c; c = next) {
-		next = c->sess_next;
-		if (bq_append(&c->out, p, n, 0) < 0) {
-			bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
-			continue;
-		}
-		if (c->out.bytes > BS_DOWN_HIGH) {
+	ring_put(&s->ring, p, n);
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns), *d1; d; d = d1) {
+		d1 = d->next;
+		struct bconn *c = conn_of(d);
+		int rc = bc_send(c, p, n);
+		if (rc < 0)
+			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
+		else if (rc > 0)
 			high = 1;
-			if (!c->t_high)
-				c->t_high = bridge_now_ms();
-		}
-		lws_callback_on_writable(c->wsi);
 	}
-	/* Not from inside the upstream's own RECEIVE: lws 4.1 would park the rest of
-	 * the current read in the wsi's buflist, and draining that buflist later
-	 * wedges its forced-service loop on this TLS client. Pause from the
-	 * upstream's next writeable callback instead (overshoot: one read). */
-	if (high && !s->up_rx_paused && s->up) {
-		s->up_want_pause = 1;
-		lws_callback_on_writable(s->up);
+	/* a browser above the high-water mark: stop reading the console (from the
+	 * upstream's next writeable, see upstream.h; overshoot: one read) */
+	if (high && s->up)
+		s->up_ops->rx(s->up, 0);
+}
+
+static void up_drained(void *owner, size_t queued)
+{
+	struct bsession *s = owner;
+	if (queued >= BS_UP_LOW)
+		return;
+	for (struct lws_dll2 *d = lws_dll2_get_head(&s->conns); d; d = d->next) {
+		bc_rx(conn_of(d), 1);
 	}
 }
 
-void bs_upstream_gone(struct bsession *s, const char *why)
+static void up_closed(void *owner, const char *why)
 {
+	struct bsession *s = owner;
 	char reason[120];
 
 	s->up = NULL;
 	s->up_state = UP_NONE;
 	if (s->dead) {
-		if (!s->nconns)
+		if (!s->conns.count)
 			bs_free(s);
 		return;
 	}
@@ -424,63 +283,36 @@ void bs_upstream_gone(struct bsession *s, const char *why)
 	bs_close(s, BS_CLOSE_UPSTREAM, reason);
 }
 
-void bs_upstream_drained(struct bsession *s)
-{
-	if (s->to_up.bytes >= BS_UP_LOW)
-		return;
-	for (struct bconn *c = s->conns; c; c = c->sess_next) {
-		c->want_pause = 0;
-		if (c->rx_paused && c->state == BC_ATTACHED) {
-			lws_rx_flow_control(c->wsi, 1);
-			c->rx_paused = 0;
-		}
-	}
-}
+/* ------------------------------------------------------- browser events */
 
 void bs_browser_drained(struct bconn *c)
 {
-	struct bsession *s = c ? c->sess : NULL;
-	if (!s || !s->up)
-		return;
-	if (s->up_want_pause) {
-		for (struct bconn *o = s->conns; o; o = o->sess_next)
-			if (o->out.bytes > BS_DOWN_LOW)
-				return;
-		s->up_want_pause = 0;
-	}
-	if (!s->up_rx_paused)
-		return;
-	for (struct bconn *o = s->conns; o; o = o->sess_next)
-		if (o->out.bytes > BS_DOWN_LOW)
-			return;
-	lws_rx_flow_control(s->up, 1);
-	s->up_rx_paused = 0;
+	if (c->sess)
+		up_maybe_resume(c->sess);
 }
 
 void bs_browser_input(struct bconn *c, const void *p, size_t n)
 {
 	struct bsession *s = c->sess;
-	if (!s || s->dead)
+	if (!s || s->dead || !s->up)
 		return;
-	if (bq_append(&s->to_up, p, n, 0) < 0) {
-		bc_close(c, BS_CLOSE_INTERNAL, "out of memory", 0);
+	if (s->up_ops->write(s->up, p, n) < 0) {
+		bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 		return;
 	}
 	s->bytes_up += n;
 	B->st.bytes_up += n;
-	if (s->up && s->up_state == UP_OPEN)
-		lws_callback_on_writable(s->up);
-	if (s->to_up.bytes > BS_UP_HIGH && !c->rx_paused) {
-		c->want_pause = 1; /* not from inside RECEIVE: see bs_upstream_data() */
-		lws_callback_on_writable(c->wsi);
-	}
+	if (s->up_ops->queued(s->up) > BS_UP_HIGH)
+		bc_rx(c, 0); /* from its next writeable, see upstream.h */
 }
+
+/* ------------------------------------------------------------------ timers */
 
 void bs_tick(int64_t now)
 {
-	struct bsession *s, *next;
-	for (s = B->sessions; s; s = next) {
-		next = s->next;
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions), *d1; d; d = d1) {
+		d1 = d->next;
+		struct bsession *s = sess_of(d);
 		if (s->dead)
 			continue;
 		if (s->up_state == UP_CONNECTING &&
@@ -488,10 +320,30 @@ void bs_tick(int64_t now)
 			B->st.upstream_failures++;
 			bs_close(s, BS_CLOSE_UPSTREAM,
 			         "upstream console failed: handshake timeout");
-			continue;
-		}
-		if (!s->nconns && s->t_idle &&
-		    now - s->t_idle > (int64_t)B->console_linger_s * 1000)
+		} else if (!s->conns.count && s->t_idle &&
+		           now - s->t_idle > (int64_t)B->cfg.console_linger_s * 1000) {
 			bs_close(s, BS_CLOSE_NORMAL, "idle: no console for console_linger_s");
+		}
 	}
+}
+
+int bs_recheck(void)
+{
+	size_t n = 0, i = 0;
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
+		n += !sess_of(d)->dead;
+	}
+	if (!n)
+		return 0;
+	char(*sids)[37] = malloc(n * sizeof *sids);
+	if (!sids)
+		return -1;
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
+		struct bsession *s = sess_of(d);
+		if (!s->dead)
+			memcpy(sids[i++], s->sid, 37);
+	}
+	int rc = db_recheck(sids, i);
+	free(sids);
+	return rc;
 }

@@ -10,7 +10,7 @@ enum hres api_db_error(struct req *r)
 {
 	if (r->x->db.broken)
 		return H_DB_LOST;
-	resp_error(r, 503, "db_unavailable", "database error: try again shortly");
+	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
 	return H_DONE;
 }
 

@@ -23,7 +23,7 @@ static int refuse(struct req *r)
 {
 	if (api_is_operator(r->x->cfg, r->user))
 		return 0;
-	resp_error(r, 403, "forbidden", "this is for operators (labvm.conf operators)");
+	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
 	return 1;
 }
 
@@ -171,13 +171,13 @@ enum hres api_operator_end(struct req *r)
 	if (rc == SESSION_DBERR)
 		return api_db_error(r);
 	if (rc != SESSION_FOUND) {
-		resp_error(r, 404, "not_found", "no such session");
+		resp_error(r, E_NOT_FOUND, "no such session");
 		return H_DONE;
 	}
 	if (session_active(&s)) {
-		if (session_finish(r->x, &s, "ended", "operator", NULL) < 0) {
+		if (session_finish(r->x, &s, SESSION_ENDED, "operator", NULL) < 0) {
 			session_free(&s);
-			resp_error(r, 503, "db_unavailable",
+			resp_error(r, E_DB_UNAVAILABLE,
 			           "the database is unavailable: try again");
 			return H_DONE;
 		}

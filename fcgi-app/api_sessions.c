@@ -11,12 +11,19 @@
  *   6. insert the session, create the Secret, the VM, own the Secret by the VM
  *   7. commit                                 -> 201
  *
- * Any cluster failure deletes what was created and rolls back: no active
- * session row and nothing in the cluster. A process killed between 6 and 7
- * leaves labelled objects without an active session: the reaper's orphans. */
+ * Steps 1-5 are the admission, 6-7 the submission; a step that refuses or
+ * fails returns, and api_session_create() has the one way back: delete what
+ * was created in the cluster, roll back, answer. No active session row and
+ * nothing in the cluster. A process killed between 6 and 7 leaves labelled
+ * objects without an active session: the reaper's orphans.
+ *
+ * The other routes get their session from the router (r->sess: loaded, the
+ * user's own, advanced and ready as the route table in router.c says). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 #include "api.h"
 #include "cloudinit.h"
@@ -32,35 +39,6 @@
 #define GRADE_OUTPUT_MAX 8192
 
 /* ---------------------------------------------------------------- helpers */
-
-/* Load the {id} session of this user; answers 404 / 503 itself when it returns != 0. */
-static int load_own(struct req *r, struct session *s, enum hres *h)
-{
-	int rc = session_load(r->x, r->param, s);
-	*h = H_DONE;
-	if (rc == SESSION_DBERR) {
-		*h = api_db_error(r);
-		return -1;
-	}
-	if (rc == SESSION_NONE || strcmp(s->user, r->user) != 0) {
-		/* someone else's session does not exist for this user */
-		session_free(s);
-		resp_error(r, 404, "not_found", "no such session");
-		return -1;
-	}
-	return 0;
-}
-
-static enum hres advanced(struct req *r, struct session *s, int status)
-{
-	if (session_advance(r->x, s) < 0) {
-		session_free(s);
-		return api_db_error(r);
-	}
-	resp_json(r, status, session_json(s));
-	session_free(s);
-	return H_DONE;
-}
 
 static void delete_quiet(struct labctx *x, const char *kind, const char *name)
 {
@@ -78,21 +56,31 @@ struct start {
 	enum lesson_disk disk;
 	const char *fallback;
 	struct lab_names names;
-	char token[65];
+	char sid[37];
+	char token[65]; /* the agent's bearer token: secret */
+	long in_use;
+	int created;      /* cluster objects may exist: the way back deletes them */
+	enum api_err err; /* a refusal, answered after the way back */
+	cJSON *answer;
 };
+
+/* What a step of the start did: go on, refused (st->answer), or database
+ * trouble before anything changed in the cluster (the router may retry). */
+enum step { STEP_OK = 0, STEP_REFUSED = 1, STEP_DB = -1 };
+
+static enum step refuse(struct start *st, enum api_err e, const char *message)
+{
+	st->err = e;
+	st->answer = error_json(e, message);
+	return STEP_REFUSED;
+}
 
 /* Count lab VMs in the cluster: every environment, terminating ones included. */
 static long count_lab_vms(struct labctx *x, long *in_use)
 {
 	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
 	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
-	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
-	if (code == 200 && !cJSON_IsArray(items))
-		code = 0;
-	*in_use = code == 200 ? cJSON_GetArraySize(items) : 0;
-	cJSON_Delete(list);
+	long code = kube_count(&x->kube, path, sel, in_use);
 	free(sel);
 	free(path);
 	return code;
@@ -139,10 +127,11 @@ static void undo_submit(struct labctx *x, const struct start *st)
 	delete_quiet(x, "secrets", st->names.secret);
 }
 
-/* Create the Secret and the VM and tie them; on failure undo and say why.
- * The undo deletes both whatever failed: a request that timed out may still
- * have created its object, and deleting what is not there is a 404. */
-static int submit(struct req *r, const struct start *st, char *why, size_t whylen)
+/* Create the Secret and the VM and tie them; on failure say why. From the
+ * first request on st->created is set: the way back deletes both whatever
+ * failed (a request that timed out may still have created its object, and
+ * deleting what is not there is a 404). */
+static int submit(struct req *r, struct start *st, char *why, size_t whylen)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
@@ -156,8 +145,8 @@ static int submit(struct req *r, const struct start *st, char *why, size_t whyle
 	int rc = -1;
 	long code;
 
-	memset(userdata, 0, strlen(userdata)); /* it holds the agent token */
-	free(userdata);
+	util_free_secret(userdata); /* it holds the agent token */
+	st->created = 1;
 	code = kube_create(&x->kube, spath, secret, NULL);
 	if (code != 201 && code != 200) {
 		snprintf(why, whylen, "creating the cloud-init Secret: %s", x->kube.msg);
@@ -178,8 +167,6 @@ static int submit(struct req *r, const struct start *st, char *why, size_t whyle
 	}
 	rc = 0;
 out:
-	if (rc < 0)
-		undo_submit(x, st);
 	cJSON_Delete(secret);
 	cJSON_Delete(vm);
 	cJSON_Delete(created);
@@ -190,64 +177,62 @@ out:
 	return rc;
 }
 
-enum hres api_session_create(struct req *r)
+/* The request: a lesson that exists and runs in a VM. 0 ok, -1 answered. */
+static int parse_start(struct req *r, struct start *st)
+{
+	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
+	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lid) || !lid->valuestring[0]) {
+		resp_error(r, E_BAD_REQUEST, "expected {\"lesson\": \"<lesson id>\"}");
+		return -1;
+	}
+	st->lesson = lessons_find(r->x->lessons, lid->valuestring);
+	if (!st->lesson) {
+		resp_error(r, E_UNKNOWN_LESSON, "there is no lesson \"%.100s\"", lid->valuestring);
+		return -1;
+	}
+	if (st->lesson->runtime == RUNTIME_POD) {
+		resp_error(r, E_NOT_IMPLEMENTED,
+		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
+		           st->lesson->id);
+		return -1;
+	}
+	return 0;
+}
+
+/* Admission (1-5): may this user start a lab now, and on which disk? */
+static enum step admit(struct req *r, struct start *st)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
-	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
-	struct start st;
 	struct session s;
-	char why[1024], detail[600];
-	long in_use;
-
-	memset(&st, 0, sizeof st);
-	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lid) || !lid->valuestring[0]) {
-		resp_error(r, 400, "bad_request", "expected {\"lesson\": \"<lesson id>\"}");
-		return H_DONE;
-	}
-	st.lesson = lessons_find(x->lessons, lid->valuestring);
-	if (!st.lesson) {
-		resp_error(r, 404, "unknown_lesson", "there is no lesson \"%.100s\"",
-		           lid->valuestring);
-		return H_DONE;
-	}
-	if (st.lesson->runtime == RUNTIME_POD) {
-		resp_error(r, 501, "not_implemented",
-		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
-		           st.lesson->id);
-		return H_DONE;
-	}
+	char detail[600];
 
 	/* 1-2: one start at a time per user; an open session is the answer */
 	const char *pu[2] = {c->environment, r->user};
 	if (db_begin(&x->db) < 0 ||
 	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
 	           2, pu) < 0)
-		goto dberr;
+		return STEP_DB;
 	int rc = session_load_active(x, r->user, &s);
 	if (rc == SESSION_DBERR)
-		goto dberr;
+		return STEP_DB;
 	if (rc == SESSION_FOUND) {
-		db_rollback(&x->db);
-		cJSON *o = jx_obj();
-		jx_add_str(o, "error", "session_exists");
-		jx_add_str(o, "message", "you already have a lab session open");
-		jx_put(o, "session", session_json(&s));
+		refuse(st, E_SESSION_EXISTS, "you already have a lab session open");
+		jx_put(st->answer, "session", session_json(&s));
 		session_free(&s);
-		resp_json(r, 409, o);
-		return H_DONE;
+		return STEP_REFUSED;
 	}
 
 	/* 3: the golden disk, or the silent fallback */
-	st.disk = st.lesson->disk;
-	if (st.disk == DISK_GOLDEN) {
-		enum golden_reason g = golden_check(&x->kube, c, st.lesson, detail, sizeof detail);
+	st->disk = st->lesson->disk;
+	if (st->disk == DISK_GOLDEN) {
+		enum golden_reason g = golden_check(&x->kube, c, st->lesson, detail, sizeof detail);
 		if (g != GOLDEN_OK) {
-			st.disk = DISK_CONTAINERDISK;
-			st.fallback = golden_reason_str(g);
+			st->disk = DISK_CONTAINERDISK;
+			st->fallback = golden_reason_str(g);
 			log_info("user %s lesson %s: golden disk not used (%s; %s), containerDisk "
 			         "instead",
-			         r->user, st.lesson->id, st.fallback, detail);
+			         r->user, st->lesson->id, st->fallback, detail);
 		}
 	}
 
@@ -255,124 +240,121 @@ enum hres api_session_create(struct req *r)
 	 * cluster is refused before queueing for the lock, so a burst of refusals
 	 * does not wait behind the admissions; the count that admits is the one
 	 * taken under the lock. */
-	long code = count_lab_vms(x, &in_use);
-	if (code != 200 || in_use < c->vm_capacity) {
+	long code = count_lab_vms(x, &st->in_use);
+	if (code != 200 || st->in_use < c->vm_capacity) {
 		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
 		    0)
-			goto dberr;
-		code = count_lab_vms(x, &in_use);
+			return STEP_DB;
+		code = count_lab_vms(x, &st->in_use);
 	}
 	if (code != 200) {
-		db_rollback(&x->db);
 		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
-		resp_error(r, 503, "cluster_unavailable",
-		           "the cluster cannot be reached right now: try again in a minute");
-		return H_DONE;
+		return refuse(st, E_CLUSTER_UNAVAILABLE,
+		              "the cluster cannot be reached right now: try again in a minute");
 	}
-	if (in_use >= c->vm_capacity) {
-		db_rollback(&x->db);
-		cJSON *o = jx_obj();
-		jx_add_str(o, "error", "capacity_full");
-		jx_add_str(o, "message", "all lab machines are in use: try again shortly");
-		jx_add_num(o, "capacity", c->vm_capacity);
-		jx_add_num(o, "in_use", (double)in_use);
-		jx_add_num(o, "retry_after_s", c->retry_after_s);
+	if (st->in_use >= c->vm_capacity) {
+		refuse(st, E_CAPACITY_FULL, "all lab machines are in use: try again shortly");
+		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "in_use", (double)st->in_use);
+		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
-		resp_json(r, 503, o);
-		return H_DONE;
+		return STEP_REFUSED;
 	}
+	return STEP_OK;
+}
 
-	/* 6: the session row, then the cluster objects */
-	char sid[37];
-	if (util_uuid4(sid) < 0 || util_random_hex(st.token, 32) < 0) {
-		db_rollback(&x->db);
-		resp_error(r, 500, "internal_error", "no randomness available");
-		return H_DONE;
-	}
-	lab_names_from_session(&st.names, sid);
-	if (insert_rows(r, &st) < 0)
-		goto dberr;
-	if (submit(r, &st, why, sizeof why) < 0) {
-		db_rollback(&x->db);
+/* Submission (6-7): the session row, the cluster objects, the commit. */
+static enum step submission(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	char why[1024];
+
+	if (util_uuid4(st->sid) < 0 || util_random_hex(st->token, 32) < 0)
+		return refuse(st, E_INTERNAL, "no randomness available");
+	lab_names_from_session(&st->names, st->sid);
+	if (insert_rows(r, st) < 0)
+		return STEP_DB;
+	if (submit(r, st, why, sizeof why) < 0) {
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
-		         st.lesson->id, why);
-		resp_error(r, 503, "cluster_unavailable",
-		           "the lab machine could not be created: try again in a minute");
-		return H_DONE;
+		         st->lesson->id, why);
+		return refuse(st, E_CLUSTER_UNAVAILABLE,
+		              "the lab machine could not be created: try again in a minute");
 	}
-	const char *ps[1] = {sid};
-	/* 7: from here on a database failure must undo the cluster side */
+	/* 7: from here on a database failure must undo the cluster side (no retry) */
+	const char *ps[1] = {st->sid};
 	if (db_cmd(&x->db,
 	           "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid", 1,
 	           ps) < 0 ||
 	    db_commit(&x->db) < 0) {
-		db_rollback(&x->db);
-		undo_submit(x, &st);
-		log_err("user %s: database failed after submitting %s: %s", r->user, st.names.vm,
+		log_err("user %s: database failed after submitting %s: %s", r->user, st->names.vm,
 		        x->db.msg);
-		resp_error(r, 503, "db_unavailable",
-		           "the database is unavailable: try again shortly");
+		return refuse(st, E_DB_UNAVAILABLE,
+		              "the database is unavailable: try again shortly");
+	}
+	st->created = 0; /* committed: the objects are the session's now */
+	return STEP_OK;
+}
+
+enum hres api_session_create(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	struct start st;
+	struct session s;
+	enum hres h = H_DONE;
+
+	memset(&st, 0, sizeof st);
+	if (parse_start(r, &st) < 0)
 		return H_DONE;
+	enum step rc = admit(r, &st);
+	if (rc == STEP_OK)
+		rc = submission(r, &st);
+	OPENSSL_cleanse(st.token, sizeof st.token);
+	if (rc != STEP_OK) {
+		/* the one way back: the cluster objects, then the transaction and its locks */
+		if (st.created)
+			undo_submit(x, &st);
+		db_rollback(&x->db);
+		if (rc == STEP_DB)
+			h = api_db_error(r);
+		else
+			resp_error_json(r, st.err, st.answer);
+		return h;
 	}
 	log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
-	         r->user, st.lesson->id, sid, st.names.vm, lesson_disk_str(st.disk),
-	         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", in_use + 1,
+	         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
+	         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", st.in_use + 1,
 	         c->vm_capacity);
-	if (session_load(x, sid, &s) != SESSION_FOUND) {
-		resp_error(r, 503, "db_unavailable", "the session was created but cannot be read");
+	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
+		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;
 	}
 	resp_json(r, 201, session_json(&s));
 	session_free(&s);
 	return H_DONE;
-dberr:
-	db_rollback(&x->db);
-	return api_db_error(r);
 }
 
 /* ------------------------------------------------------------ read / end */
 
-enum hres api_session_current(struct req *r)
-{
-	struct session s;
-	int rc = session_load_active(r->x, r->user, &s);
-	if (rc == SESSION_DBERR)
-		return api_db_error(r);
-	if (rc == SESSION_NONE) {
-		resp_error(r, 404, "no_session", "you have no open lab session");
-		return H_DONE;
-	}
-	return advanced(r, &s, 200);
-}
-
 enum hres api_session_get(struct req *r)
 {
-	struct session s;
-	enum hres h;
-	if (load_own(r, &s, &h) < 0)
-		return h;
-	return advanced(r, &s, 200);
+	resp_json(r, 200, session_json(r->sess));
+	return H_DONE;
 }
 
 enum hres api_session_delete(struct req *r)
 {
-	struct session s;
-	enum hres h;
-	if (load_own(r, &s, &h) < 0)
-		return h;
-	if (session_active(&s)) {
-		if (session_finish(r->x, &s, "ended", "user", NULL) < 0) {
-			session_free(&s);
-			resp_error(r, 503, "db_unavailable",
-			           "the database is unavailable: try again");
+	struct session *s = r->sess;
+	if (session_active(s)) {
+		if (session_finish(r->x, s, SESSION_ENDED, "user", NULL) < 0) {
+			resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again");
 			return H_DONE;
 		}
 	} else {
 		/* ended or failed already: make sure nothing is left (idempotent) */
-		session_delete_objects(r->x, &s);
+		session_delete_objects(r->x, s);
 	}
-	resp_json(r, 200, session_json(&s));
-	session_free(&s);
+	resp_json(r, 200, session_json(s));
 	return H_DONE;
 }
 
@@ -405,28 +387,12 @@ static char *step_output(const cJSON *res)
 enum hres api_session_grade(struct req *r)
 {
 	struct labctx *x = r->x;
-	const struct lesson *l;
-	struct session s;
-	enum hres h;
+	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
+	const struct lesson *l = lessons_find(x->lessons, s->lesson);
 	int passed = 0;
 
-	if (load_own(r, &s, &h) < 0)
-		return h;
-	if (session_advance(x, &s) < 0) {
-		session_free(&s);
-		return api_db_error(r);
-	}
-	if (strcmp(s.state, "ready") != 0 || !s.nvms || !s.vms[0].ip) {
-		resp_error(r, 409, "not_ready", "the lab is %s, not ready: nothing to grade",
-		           s.state);
-		session_free(&s);
-		return H_DONE;
-	}
-	l = lessons_find(x->lessons, s.lesson);
 	if (!l) {
-		resp_error(r, 409, "unknown_lesson", "lesson \"%s\" is no longer offered",
-		           s.lesson);
-		session_free(&s);
+		resp_error(r, E_LESSON_GONE, "lesson \"%s\" is no longer offered", s->lesson);
 		return H_DONE;
 	}
 	cJSON *o = jx_obj();
@@ -435,15 +401,14 @@ enum hres api_session_grade(struct req *r)
 		const struct grader_step *gs = &l->steps[i];
 		cJSON *res = NULL;
 		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
-		if (agent_run(&x->agent, s.vms[0].ip, x->cfg->agent_port, s.vms[0].token,
+		if (agent_run(&x->agent, s->vms[0].ip, x->cfg->agent_port, s->vms[0].token,
 		              gs->command, timeout, &res) < 0) {
-			log_warn("session %s: grading step %zu: %s", s.id, i + 1, x->agent.msg);
+			log_warn("session %s: grading step %zu: %s", s->id, i + 1, x->agent.msg);
 			cJSON_Delete(o);
 			cJSON_Delete(steps);
-			resp_error(r, 502, "agent_unreachable",
+			resp_error(r, E_AGENT_UNREACHABLE,
 			           "the grading agent in your VM did not answer (%s)",
 			           x->agent.msg);
-			session_free(&s);
 			return H_DONE;
 		}
 		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
@@ -469,15 +434,15 @@ enum hres api_session_grade(struct req *r)
 	jx_add_num(o, "total", (double)l->nsteps);
 	jx_put(o, "steps", steps);
 	char *json = jx_print(o);
-	const char *p[2] = {s.id, json};
+	const char *p[2] = {s->id, json};
 	if (db_cmd(&x->db,
 	           "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp() "
 	           "WHERE id = $1::uuid",
 	           2, p) < 0)
-		log_warn("session %s: storing the grade failed: %s", s.id, x->db.msg);
+		log_warn("session %s: storing the grade failed: %s", s->id, x->db.msg);
 	cJSON_free(json);
-	log_info("session %s (%s, %s): graded %d/%zu", s.id, s.user, s.lesson, passed, l->nsteps);
-	session_free(&s);
+	log_info("session %s (%s, %s): graded %d/%zu", s->id, s->user, s->lesson, passed,
+	         l->nsteps);
 	resp_json(r, 200, o);
 	return H_DONE;
 }
@@ -488,38 +453,21 @@ enum hres api_console_ticket(struct req *r)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
-	struct session s;
-	enum hres h;
+	const struct session *s = r->sess; /* ready, with a VM (NEED_READY) */
 
-	if (load_own(r, &s, &h) < 0)
-		return h;
-	if (session_advance(x, &s) < 0) {
-		session_free(&s);
-		return api_db_error(r);
-	}
-	if (strcmp(s.state, "ready") != 0 || !s.nvms) {
-		resp_error(r, 409, "not_ready", "the lab is %s, not ready: no console yet",
-		           s.state);
-		session_free(&s);
-		return H_DONE;
-	}
-	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s.id, s.user, s.vms[0].name,
+	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s->id, s->user, s->vms[0].name,
 	                      util_epoch_s() + c->ticket_ttl_s);
 	if (!t) {
-		session_free(&s);
-		resp_error(r, 500, "internal_error", "could not sign a console ticket");
+		resp_error(r, E_INTERNAL, "could not sign a console ticket");
 		return H_DONE;
 	}
-	char *url = xasprintf("%s%s%s?ticket=%s", c->base_path, c->console_path, s.id, t);
+	char *url = xasprintf("%s%s%s?ticket=%s", c->base_path, c->console_path, s->id, t);
 	cJSON *o = jx_obj();
 	jx_add_str(o, "ticket", t);
 	jx_add_str(o, "url", url);
 	jx_add_num(o, "expires_in", c->ticket_ttl_s);
-	memset(url, 0, strlen(url));
-	memset(t, 0, strlen(t));
-	free(url);
-	free(t);
-	session_free(&s);
+	util_free_secret(url);
+	util_free_secret(t);
 	resp_json(r, 200, o);
 	return H_DONE;
 }

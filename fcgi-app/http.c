@@ -10,6 +10,30 @@
 #include "jsonx.h"
 #include "log.h"
 
+static const struct {
+	const char *code;
+	int status;
+} errors[] = {
+    [E_BAD_REQUEST] = {"bad_request", 400},
+    [E_UNAUTHENTICATED] = {"unauthenticated", 401},
+    [E_FORBIDDEN] = {"forbidden", 403},
+    [E_NOT_FOUND] = {"not_found", 404},
+    [E_NO_SESSION] = {"no_session", 404},
+    [E_UNKNOWN_LESSON] = {"unknown_lesson", 404},
+    [E_METHOD_NOT_ALLOWED] = {"method_not_allowed", 405},
+    [E_SESSION_EXISTS] = {"session_exists", 409},
+    [E_NOT_READY] = {"not_ready", 409},
+    [E_LESSON_GONE] = {"unknown_lesson", 409},
+    [E_TOO_LARGE] = {"too_large", 413},
+    [E_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415},
+    [E_INTERNAL] = {"internal_error", 500},
+    [E_NOT_IMPLEMENTED] = {"not_implemented", 501},
+    [E_AGENT_UNREACHABLE] = {"agent_unreachable", 502},
+    [E_DB_UNAVAILABLE] = {"db_unavailable", 503},
+    [E_CLUSTER_UNAVAILABLE] = {"cluster_unavailable", 503},
+    [E_CAPACITY_FULL] = {"capacity_full", 503},
+};
+
 static const char *status_text(int s)
 {
 	switch (s) {
@@ -115,11 +139,11 @@ void req_reset(struct req *r)
 int req_read_body(struct req *r)
 {
 	if (r->content_length == -2) {
-		resp_error(r, 400, "bad_request", "invalid Content-Length");
+		resp_error(r, E_BAD_REQUEST, "invalid Content-Length");
 		return -1;
 	}
 	if (r->content_length > BODY_MAX) {
-		resp_error(r, 413, "too_large", "request bodies are limited to %d bytes", BODY_MAX);
+		resp_error(r, E_TOO_LARGE, "request bodies are limited to %d bytes", BODY_MAX);
 		return -1;
 	}
 	size_t want = r->content_length > 0 ? (size_t)r->content_length : 0;
@@ -134,7 +158,7 @@ int req_read_body(struct req *r)
 	r->body[got] = '\0';
 	r->body_len = got;
 	if (got < want) {
-		resp_error(r, 400, "bad_request", "the request body ended early");
+		resp_error(r, E_BAD_REQUEST, "the request body ended early");
 		return -1;
 	}
 	return 0;
@@ -181,15 +205,25 @@ void resp_json(struct req *r, int status, cJSON *body)
 	cJSON_Delete(body);
 }
 
-void resp_error(struct req *r, int status, const char *code, const char *fmt, ...)
+cJSON *error_json(enum api_err e, const char *message)
+{
+	cJSON *o = jx_obj();
+	jx_add_str(o, "error", errors[e].code);
+	jx_add_str(o, "message", message);
+	return o;
+}
+
+void resp_error_json(struct req *r, enum api_err e, cJSON *o)
+{
+	resp_json(r, errors[e].status, o);
+}
+
+void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
 {
 	va_list ap;
 	char msg[1024];
-	cJSON *o = jx_obj();
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	jx_add_str(o, "error", code);
-	jx_add_str(o, "message", msg);
-	resp_json(r, status, o);
+	resp_error_json(r, e, error_json(e, msg));
 }

@@ -1,6 +1,7 @@
 /* http.h - one FastCGI request: the environment copied once into a struct
  * (FCGX_GetParam pointers die at FCGX_Finish_r), the body, and the
- * response writers. Errors map to HTTP in exactly one place, resp_error(). */
+ * response writers. Every error code the API answers, and its HTTP status,
+ * is one row of the table in http.c (enum api_err). */
 #ifndef LABVM_FCGI_HTTP_H
 #define LABVM_FCGI_HTTP_H
 
@@ -11,6 +12,31 @@
 #include "util.h"
 
 #define BODY_MAX (64 * 1024)
+
+struct session;
+
+/* The API's error codes; their {code, status} rows are in http.c. A code may
+ * answer with different statuses in different places (unknown_lesson). */
+enum api_err {
+	E_BAD_REQUEST,            /* 400 bad_request */
+	E_UNAUTHENTICATED,        /* 401 unauthenticated */
+	E_FORBIDDEN,              /* 403 forbidden (operators only) */
+	E_NOT_FOUND,              /* 404 not_found */
+	E_NO_SESSION,             /* 404 no_session */
+	E_UNKNOWN_LESSON,         /* 404 unknown_lesson (start) */
+	E_METHOD_NOT_ALLOWED,     /* 405 method_not_allowed */
+	E_SESSION_EXISTS,         /* 409 session_exists */
+	E_NOT_READY,              /* 409 not_ready */
+	E_LESSON_GONE,            /* 409 unknown_lesson (grading a lesson no longer offered) */
+	E_TOO_LARGE,              /* 413 too_large */
+	E_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */
+	E_INTERNAL,               /* 500 internal_error */
+	E_NOT_IMPLEMENTED,        /* 501 not_implemented */
+	E_AGENT_UNREACHABLE,      /* 502 agent_unreachable */
+	E_DB_UNAVAILABLE,         /* 503 db_unavailable */
+	E_CLUSTER_UNAVAILABLE,    /* 503 cluster_unavailable */
+	E_CAPACITY_FULL,          /* 503 capacity_full */
+};
 
 struct req {
 	FCGX_Request *fr;
@@ -28,9 +54,10 @@ struct req {
 	double t0;     /* monotonic, at arrival */
 	double t_wall; /* epoch seconds, at arrival (the button press) */
 	int status;
-	struct buf headers; /* extra response headers */
-	const char *route;  /* for the log line */
-	char error[40];     /* the answer's "error" code, if any (metrics) */
+	struct buf headers;   /* extra response headers */
+	const char *route;    /* for the log line */
+	struct session *sess; /* the route's session (NEED_SESSION, NEED_CURRENT) */
+	char error[40];       /* the answer's "error" code, if any (metrics) */
 };
 
 void req_init(struct req *r, FCGX_Request *fr, struct labctx *x);
@@ -42,8 +69,12 @@ void resp_header(struct req *r, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Write status, headers and the JSON body; takes ownership of body. */
 void resp_json(struct req *r, int status, cJSON *body);
-/* {"error": code, "message": ...} with the given status. */
-void resp_error(struct req *r, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* {"error": code, "message": ...} with the error's status. */
+void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same object, for answers that carry more fields: add them, then
+ * resp_error_json() (which takes ownership). */
+cJSON *error_json(enum api_err e, const char *message);
+void resp_error_json(struct req *r, enum api_err e, cJSON *o);
 
 #endif

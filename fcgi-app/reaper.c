@@ -167,15 +167,15 @@ static int active_ids(struct labctx *x, char ***ids, size_t *n)
 	return 0;
 }
 
-/* State of a session row: "ready", "ended", ... or NULL when there is none. */
-static char *row_state(struct labctx *x, const char *sid)
+/* State of a session row (enum session_state), or -1 when there is none. */
+static int row_state(struct labctx *x, const char *sid)
 {
 	const char *p[2] = {sid, x->cfg->environment};
 	if (!sid || !util_uuid_valid(sid))
-		return NULL;
+		return -1;
 	PGresult *r = db_exec(
 	    &x->db, "SELECT state FROM sessions WHERE id = $1::uuid AND environment = $2", 2, p);
-	char *st = r && PQntuples(r) ? xstrdup(PQgetvalue(r, 0, 0)) : NULL;
+	int st = r && PQntuples(r) ? session_state_parse(PQgetvalue(r, 0, 0)) : -1;
 	PQclear(r);
 	return st;
 }
@@ -189,30 +189,30 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		return;
 	}
 	if (dry_run) {
-		if (s.t_expires > 0 && s.t_now >= s.t_expires) {
+		/* the same rule session_advance() follows, without asking anyone */
+		struct session_due d = session_due(&s, s.t_now);
+		if (d.what == DUE_EXPIRE) {
 			printf("would end session %s (%s, %s): expired\n", s.id, s.user, s.lesson);
 			k->expired++;
-		} else if (strcmp(s.state, "starting") == 0 &&
-		           ((!s.running_at && s.t_submitted > 0 &&
-		             s.t_now > s.t_submitted + s.running_timeout_s) ||
-		            (s.running_at && s.t_now > s.t_running + s.ready_timeout_s))) {
+		} else if ((d.what == DUE_RUNNING || d.what == DUE_READY) && d.overdue) {
 			printf("would fail session %s (%s, %s): past its %s deadline\n", s.id,
-			       s.user, s.lesson, s.running_at ? "ready" : "running");
+			       s.user, s.lesson, d.what == DUE_READY ? "ready" : "running");
 			k->failed_stuck++;
 		}
 		session_free(&s);
 		return;
 	}
-	char *before = xstrdup(s.state);
+	enum session_state before = s.state;
 	if (session_advance(x, &s) < 0) {
 		k->errors++;
 	} else if (!session_active(&s)) {
 		if (s.end_reason && strcmp(s.end_reason, "expired") == 0)
 			k->expired++;
-		else if (strcmp(before, s.state) != 0)
+		else if (before != s.state)
 			k->failed_stuck++;
-		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson, before,
-		         s.state, s.error ? ": " : "", s.error ? s.error : "");
+		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson,
+		         session_state_str(before), session_state_str(s.state), s.error ? ": " : "",
+		         s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
 			struct obj *o = find_obj(vms, "virtualmachines", s.vms[i].name);
@@ -223,7 +223,6 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 				o->done = 1;
 		}
 	}
-	free(before);
 	session_free(&s);
 }
 
@@ -234,7 +233,7 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 	struct session s;
 	if (session_load(x, id, &s) != SESSION_FOUND)
 		return;
-	if (session_active(&s) && strcmp(s.runtime, "vm") == 0) {
+	if (session_active(&s) && s.runtime == RUNTIME_VM) {
 		for (size_t i = 0; i < s.nvms; i++) {
 			if (s.vms[i].deleted || find_obj(vms, "virtualmachines", s.vms[i].name))
 				continue;
@@ -245,11 +244,11 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 			} else {
 				char msg[256];
 				snprintf(msg, sizeof msg,
-				         "%s: the VM %s disappeared from the cluster", s.stage,
-				         s.vms[i].name);
+				         "%s: the VM %s disappeared from the cluster",
+				         session_stage_str(s.stage), s.vms[i].name);
 				log_info("session %s (%s): VM %s vanished; failing the session",
 				         s.id, s.user, s.vms[i].name);
-				if (session_finish(x, &s, "failed", "failed", msg) < 0)
+				if (session_finish(x, &s, SESSION_FAILED, "failed", msg) < 0)
 					k->errors++;
 			}
 			break;
@@ -272,17 +271,14 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 				is_active = 1;
 		if (is_active)
 			continue;
-		char *st = row_state(x, o->session_id);
-		if (st && (strcmp(st, "starting") == 0 || strcmp(st, "ready") == 0)) {
-			free(st); /* became active after the snapshot: an in-flight start */
-			continue;
-		}
-		const char *why = st ? st : "no session row";
-		if (!st && o->age_s < c->orphan_grace_s) {
+		int st = row_state(x, o->session_id);
+		if (st == SESSION_STARTING || st == SESSION_READY)
+			continue; /* became active after the snapshot: an in-flight start */
+		const char *why = st >= 0 ? session_state_str(st) : "no session row";
+		if (st < 0 && o->age_s < c->orphan_grace_s) {
 			k->kept_young++;
 			log_debug("keeping %s %s: no session yet, %.0fs old (grace %ds)", o->kind,
 			          o->name, o->age_s, c->orphan_grace_s);
-			free(st);
 			continue;
 		}
 		int vm = strcmp(o->kind, "virtualmachines") == 0;
@@ -306,7 +302,6 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			k->orphan_vms++;
 		else
 			k->orphan_secrets++;
-		free(st);
 	}
 }
 

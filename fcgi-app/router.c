@@ -1,5 +1,6 @@
 /* router.c - the route table (cgit style): method, path pattern, handler,
- * requirements checked centrally before the handler runs. */
+ * requirements checked centrally before the handler runs (cgit's want_repo:
+ * here the user, the JSON body, the session, its readiness). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,26 +10,33 @@
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
+#include "session.h"
 
 struct route {
 	const char *method;
 	const char *pattern; /* '*' matches one path segment: the {id} */
 	handler_fn fn;
 	unsigned needs;
+	const char *not_ready; /* NEED_READY: the end of the 409 message */
 };
 
+#define OWN_SESSION (NEED_USER | NEED_SESSION)
+
 static const struct route routes[] = {
-    {"GET", "/api/lessons", api_lessons, NEED_USER},
-    {"GET", "/api/healthz", api_healthz, 0},
-    {"GET", "/api/metrics", api_metrics, NEED_USER},
-    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER},
-    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON},
-    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON},
-    {"GET", "/api/sessions/current", api_session_current, NEED_USER},
-    {"GET", "/api/sessions/*", api_session_get, NEED_USER},
-    {"DELETE", "/api/sessions/*", api_session_delete, NEED_USER},
-    {"POST", "/api/sessions/*/grade", api_session_grade, NEED_USER | NEED_JSON},
-    {"POST", "/api/sessions/*/console-ticket", api_console_ticket, NEED_USER | NEED_JSON},
+    {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
+    {"GET", "/api/healthz", api_healthz, 0, NULL},
+    {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
+    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON, NULL},
+    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL},
+    {"GET", "/api/sessions/current", api_session_get, NEED_USER | NEED_CURRENT | NEED_ADVANCED,
+     NULL},
+    {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL},
+    {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL},
+    {"POST", "/api/sessions/*/grade", api_session_grade,
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
+    {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
+     OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -75,15 +83,50 @@ static int is_json_type(const char *ct)
 	       (ct[n] == '\0' || ct[n] == ';' || isspace((unsigned char)ct[n]));
 }
 
+/* NEED_SESSION / NEED_CURRENT and what follows: load r->sess, check that it
+ * is this user's, advance it, check readiness. 0 go on; -1 answered (*h). */
+static int want_session(struct req *r, const struct route *rt, struct session *s, enum hres *h)
+{
+	const unsigned n = rt->needs;
+	int rc = (n & NEED_CURRENT) ? session_load_active(r->x, r->user, s)
+	                            : session_load(r->x, r->param, s);
+	*h = H_DONE;
+	if (rc == SESSION_DBERR) {
+		*h = api_db_error(r);
+		return -1;
+	}
+	if (rc == SESSION_NONE && (n & NEED_CURRENT)) {
+		resp_error(r, E_NO_SESSION, "you have no open lab session");
+		return -1;
+	}
+	if (rc == SESSION_NONE || strcmp(s->user, r->user) != 0) {
+		/* someone else's session does not exist for this user */
+		resp_error(r, E_NOT_FOUND, "no such session");
+		return -1;
+	}
+	r->sess = s;
+	if ((n & (NEED_ADVANCED | NEED_READY)) && session_advance(r->x, s) < 0) {
+		*h = api_db_error(r);
+		return -1;
+	}
+	if ((n & NEED_READY) &&
+	    (s->state != SESSION_READY || !s->nvms || ((n & NEED_AGENT) && !s->vms[0].ip))) {
+		resp_error(r, E_NOT_READY, "the lab is %s, not ready: %s",
+		           session_state_str(s->state), rt->not_ready);
+		return -1;
+	}
+	return 0;
+}
+
 static enum hres run(struct req *r, const struct route *rt)
 {
 	if ((rt->needs & NEED_USER) && !r->user) {
-		resp_error(r, 401, "unauthenticated", "no authenticated user (REMOTE_USER)");
+		resp_error(r, E_UNAUTHENTICATED, "no authenticated user (REMOTE_USER)");
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {
 		if (!is_json_type(r->content_type)) {
-			resp_error(r, 415, "unsupported_media_type",
+			resp_error(r, E_UNSUPPORTED_MEDIA_TYPE,
 			           "request bodies must be application/json");
 			return H_DONE;
 		}
@@ -93,12 +136,20 @@ static enum hres run(struct req *r, const struct route *rt)
 			cJSON_Delete(r->json);
 			r->json = cJSON_ParseWithLength(r->body, r->body_len);
 			if (!r->json) {
-				resp_error(r, 400, "bad_request", "the body is not valid JSON");
+				resp_error(r, E_BAD_REQUEST, "the body is not valid JSON");
 				return H_DONE;
 			}
 		}
 	}
-	return rt->fn(r);
+	if (!(rt->needs & (NEED_SESSION | NEED_CURRENT)))
+		return rt->fn(r);
+	struct session s;
+	enum hres h;
+	if (want_session(r, rt, &s, &h) == 0)
+		h = rt->fn(r);
+	session_free(&s);
+	r->sess = NULL;
+	return h;
 }
 
 void router_dispatch(struct req *r)
@@ -137,10 +188,10 @@ void router_dispatch(struct req *r)
 	if (!found) {
 		if (allow.len) {
 			resp_header(r, "Allow", "%s", allow.p);
-			resp_error(r, 405, "method_not_allowed",
-			           "%s is not allowed here (allowed: %s)", r->method, allow.p);
+			resp_error(r, E_METHOD_NOT_ALLOWED, "%s is not allowed here (allowed: %s)",
+			           r->method, allow.p);
 		} else {
-			resp_error(r, 404, "not_found", "no such API route");
+			resp_error(r, E_NOT_FOUND, "no such API route");
 		}
 		buf_free(&allow);
 		return;
@@ -158,8 +209,7 @@ void router_dispatch(struct req *r)
 			         r->path);
 			continue;
 		}
-		resp_error(r, 503, "db_unavailable",
-		           "the database is unavailable: try again shortly");
+		resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again shortly");
 		return;
 	}
 }

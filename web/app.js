@@ -1,8 +1,17 @@
 /* labvm student page: lessons, start, progress, terminal, grade, end.
  *
  * No framework and no build step: this file, i18n.js and the vendored
- * xterm.js (web/vendor, copied from npm by make). Everything the server says
- * is shown with textContent, never as HTML.
+ * xterm.js with its fit addon (web/vendor, copied from npm by make, loaded
+ * only when a lab starts: web/vendor/manifest.json names the versioned URLs).
+ * Everything the server says is shown with textContent, never as HTML.
+ *
+ * For every student: the page never moves focus into the terminal by itself
+ * (only right after the student pressed Start and stayed put); Esc then Tab
+ * leaves the terminal (xterm.js takes Tab for the shell); xterm.js's
+ * screen-reader mode is on; stage, connection and grade changes are said in
+ * live regions; focus moves to the new view's heading when a view replaces
+ * the one it was in. The terminal fits its box (phones too) and tells the
+ * bridge its size (a text message {"type":"resize","cols","rows"}).
  *
  * Views: loading -> lessons -> starting -> lab -> ended, or failed.
  *   - The open session is the page's truth: on load, on a 409 session_exists
@@ -27,6 +36,13 @@
   const OPEN_TIMEOUT_MS = 20000;   // ticket -> status "open"
   const STABLE_MS = 10000;         // a connection up this long resets the backoff
   const BACKOFF_MAX_MS = 30000;
+  const ESC_HOLD_MS = 1000;        // Esc, then Tab within this: leave the terminal
+  const MAX_COLS = 500;
+  // A VM's serial console: the guest assumes 80 columns until it is told the
+  // terminal's size (the bridge does not pass {"type":"resize"} on to the
+  // guest agent yet), so a wider terminal would garble long command lines;
+  // narrower boxes (phones) still fit.
+  const VM_MAX_COLS = 80;
 
   /* ------------------------------------------------------------ texts */
   const TEXTS = window.LABVM_TEXTS;
@@ -78,7 +94,30 @@
     document.querySelectorAll('#lang-switch button').forEach((b) => {
       b.setAttribute('aria-pressed', String(b.dataset.lang === lang));
     });
-    document.title = 'labvm: ' + t('app.title');
+    const ta = lab && lab.console && lab.console.term.textarea;
+    if (ta) ta.setAttribute('aria-label', t('lab.termLabel'));
+    updateTitle();
+  }
+
+  /* The tab's title follows the view: a student with several tabs knows which is which. */
+  function updateTitle() {
+    const s = S.session;
+    let v;
+    if (S.view === 'starting' && s) v = t('starting.heading', { title: lessonTitle(s.lesson) });
+    else if (S.view === 'lab' && s) v = lessonTitle(s.lesson);
+    else if (S.view === 'failed') v = t('failed.heading');
+    else if (S.view === 'ended') v = t('ended.heading');
+    else if (S.view === 'lessons') v = t('lessons.heading');
+    else v = t('app.title');
+    const title = t('title.page', { view: v });
+    if (document.title !== title) document.title = title;
+  }
+
+  /* Say something in a live region (cleared first, so the same words twice are said twice). */
+  function announce(id, text) {
+    const r = $(id);
+    if (r.textContent === text) r.textContent = '';
+    setTimeout(() => { r.textContent = text; }, 50);
   }
 
   /* -------------------------------------------------------------- API */
@@ -95,6 +134,7 @@
     labError: null,
     skew: 0,             // server clock - local clock (ms), from the Date header
     offline: false,
+    termOnReady: false,  // the student pressed Start: the terminal takes focus at ready if they stayed
   };
 
   function noteServerDate(res) {
@@ -138,10 +178,24 @@
   const sessionPath = (id) => '/api/sessions/' + encodeURIComponent(id);
 
   /* ------------------------------------------------------------ views */
-  function show(view) {
+  const HEADINGS = { lessons: 'lessons-title', starting: 'starting-title', lab: 'lab-title',
+    failed: 'failed-title', ended: 'ended-title' };
+
+  /* Show a view. When the focus was in the view that goes away (a button the
+   * student pressed), it moves to the new view's heading instead of dropping
+   * to the page's body; `focus` forces that (a student's own action). */
+  function show(view, focus) {
+    const prev = S.view;
+    const active = document.activeElement;
+    const lost = active && active !== document.body && active.closest('main > .view') &&
+      active.closest('main > .view').id !== 'view-' + view;
     S.view = view;
     $('app').dataset.view = view;
     document.querySelectorAll('main > .view').forEach((el) => { el.hidden = el.id !== 'view-' + view; });
+    if ((focus || lost) && prev !== undefined && HEADINGS[view]) {
+      $(HEADINGS[view]).focus({ preventScroll: false });
+    }
+    updateTitle();
   }
 
   function el(tag, attrs, ...kids) {
@@ -179,13 +233,14 @@
     }
   }
 
-  function showLessons() {
+  function showLessons(focus) {
     leaveLab();
     stopPoll();
     S.session = null;
     S.note = null;
-    show('lessons');
+    show('lessons', focus);
     renderLessons();
+    if (S.notice && (focus || document.activeElement === document.body)) $('lessons-notice').focus();
   }
 
   let startBusy = null;   // the lesson id being started: one start at a time
@@ -270,17 +325,19 @@
     S.notice = null;
     if (S.view === 'lessons') renderLessons();
     $('failed-again').disabled = true;
+    loadTerminal().catch(() => {});   // meanwhile: the terminal is needed soon
     const r = await api('POST', '/api/sessions', { lesson: lessonId });
     startBusy = null;
     $('failed-again').disabled = false;
     if (r.status === 201 && r.data.id) {
-      showSession(r.data);
+      S.termOnReady = true;
+      showSession(r.data, true);
       return;
     }
     if (r.status === 409 && r.data.error === 'session_exists' && r.data.session) {
       // another click or tab was first: that session is the answer
       S.note = 'exists';
-      showSession(r.data.session);
+      showSession(r.data.session, true);
       return;
     }
     if (r.status === 503 && r.data.error === 'capacity_full') {
@@ -290,7 +347,7 @@
     } else {
       S.notice = { kind: 'error', lesson: lessonId, text: errorText(r), code: r.data.error || r.status };
     }
-    showLessons();
+    showLessons(true);
   }
 
   /* --------------------------------------------------------- sessions */
@@ -334,7 +391,7 @@
     return refreshing;
   }
 
-  function showSession(s) {
+  function showSession(s, focus) {
     const prev = S.session;
     if (!prev || prev.id !== s.id) { S.grade = null; S.labError = null; }
     S.session = s;
@@ -345,23 +402,35 @@
     }
     stopPoll();
     switch (s.state) {
-      case 'starting':
+      case 'starting': {
         leaveLab();
-        show('starting');
+        if (S.view !== 'starting') S.stageSaid = null;
+        show('starting', focus);
+        loadTerminal().catch(() => {});
         schedulePoll(POLL_STARTING_MS);
         break;
-      case 'ready':
-        show('lab');
-        enterLab(s);
+      }
+      case 'ready': {
+        // the terminal takes the focus only when the student pressed Start
+        // and has not moved on since (focus still on the starting heading)
+        const a = document.activeElement;
+        const stayed = S.view === 'starting' && (a === $('starting-title') || a === document.body);
+        const wantTerm = S.termOnReady && (stayed || (focus && S.view !== 'lab'));
+        S.termOnReady = false;
+        show('lab', focus && !wantTerm);
+        enterLab(s, wantTerm);
         schedulePoll(POLL_READY_MS);
         break;
+      }
       case 'failed':
         leaveLab();
-        show('failed');
+        S.termOnReady = false;
+        show('failed', focus);
         break;
       default:
         leaveLab();
-        show('ended');
+        S.termOnReady = false;
+        show('ended', focus);
     }
     renderSessionView();
   }
@@ -392,6 +461,10 @@
       else li.removeAttribute('aria-current');
     });
     $('stages').dataset.stage = s.stage;
+    if (S.stageSaid !== s.stage) {
+      S.stageSaid = s.stage;
+      announce('stage-live', t('stage.live', { stage: t('stage.' + (STAGES.includes(s.stage) ? s.stage : 'submitted')) }));
+    }
     $('progress-bar').style.width = Math.round(((idx + 0.5) / STAGES.length) * 100) + '%';
     const d = s.disk || {};
     $('disk-info').textContent = d.fallback_reason
@@ -399,6 +472,7 @@
       : d.source ? t('starting.disk.' + d.source) : '';
     $('starting-offline').hidden = !S.offline;
     renderElapsed();
+    updateTitle();
   }
 
   function renderElapsed() {
@@ -438,18 +512,64 @@
   }
 
   /* --------------------------------------------------------------- lab */
-  let lab = null;   // {sid, console}
+  let lab = null;   // {sid, console}; console is null while xterm.js loads
 
-  function enterLab(s) {
+  /* xterm.js, its CSS and the fit addon, loaded once, when a lab needs them.
+   * web/vendor/manifest.json (written by make) names versioned URLs, which
+   * the front ends let browsers keep for a year. */
+  let termLoad = null;
+
+  function loadAsset(url, css) {
+    return new Promise((resolve, reject) => {
+      const e = document.createElement(css ? 'link' : 'script');
+      if (css) { e.rel = 'stylesheet'; e.href = url; } else { e.src = url; e.async = false; }
+      e.onload = () => resolve();
+      e.onerror = () => reject(new Error(url));
+      document.head.append(e);
+    });
+  }
+
+  function loadTerminal() {
+    if (typeof window.Terminal === 'function' && window.FitAddon) return Promise.resolve();
+    if (termLoad) return termLoad;
+    termLoad = (async () => {
+      let files = { 'xterm.js': '/vendor/xterm.js', 'xterm.css': '/vendor/xterm.css', 'addon-fit.js': '/vendor/addon-fit.js' };
+      try {
+        const r = await fetch('/vendor/manifest.json', { credentials: 'same-origin', cache: 'no-cache' });
+        if (r.ok) files = Object.assign(files, await r.json());
+      } catch (e) { /* the unversioned names */ }
+      await Promise.all([loadAsset(files['xterm.css'], true), loadAsset(files['xterm.js']),
+        loadAsset(files['addon-fit.js'])]);
+      if (typeof window.Terminal !== 'function' || !window.FitAddon) throw new Error('/vendor/xterm.js');
+    })();
+    termLoad.catch(() => { termLoad = null; });   // a later lab tries again
+    return termLoad;
+  }
+
+  function enterLab(s, focusTerm) {
     if (lab && lab.sid === s.id) return;
     leaveLab();
     $('end-confirm').hidden = true;
-    lab = { sid: s.id, console: new Console(s.id, $('terminal')) };
+    const me = { sid: s.id, console: null };
+    lab = me;
+    $('conn').dataset.conn = 'connecting';
+    $('conn-text').textContent = t('lab.loadingTerminal');
+    loadTerminal().then(() => {
+      if (lab !== me) return;
+      me.console = new Console(s.id, $('terminal'), s.runtime === 'pod' ? MAX_COLS : VM_MAX_COLS);
+      if (focusTerm && (document.activeElement === document.body || document.activeElement === $('lab-title'))) {
+        me.console.term.focus();
+      }
+    }, (e) => {
+      if (lab !== me) return;
+      S.labError = t('console.loadError', { what: e.message });
+      renderSessionView();
+    });
   }
 
   function leaveLab() {
     if (!lab) return;
-    lab.console.stop();
+    if (lab.console) lab.console.stop();
     lab = null;
   }
 
@@ -457,14 +577,16 @@
     renderNote('lab-note');
     $('lab-title').textContent = lessonTitle(s.lesson);
     const g = $('grade');
-    g.disabled = S.gradeBusy;
+    // aria-disabled, not disabled: a disabled button would drop the focus
+    g.setAttribute('aria-disabled', String(S.gradeBusy));
     g.textContent = S.gradeBusy ? t('lab.grading') : t('lab.grade');
     const le = $('lab-error');
     le.hidden = !S.labError;
     le.textContent = S.labError || '';
     renderRemaining();
     renderGrade();
-    if (lab) lab.console.render();
+    if (lab && lab.console) lab.console.render();
+    updateTitle();
   }
 
   function remainingNow() {
@@ -504,15 +626,28 @@
     const ol = $('grade-steps');
     ol.replaceChildren();
     for (const st of g.steps || []) {
+      // a step's name in the page's language, when the grader gives one
+      const name = (st.i18n && st.i18n[lang] && st.i18n[lang].name) || st.name;
       const detail = st.timed_out ? t('grade.timeout')
         : (st.exit_code !== null && st.exit_code !== undefined) ? t('grade.exit', { code: st.exit_code }) : '';
       ol.append(el('li', { class: 'step ' + (st.passed ? 'pass' : 'fail'), 'data-passed': String(!!st.passed) },
         el('div', { class: 'step-head' },
           el('span', { class: 'verdict', text: st.passed ? t('grade.pass') : t('grade.fail') }),
-          el('span', { class: 'step-name', text: st.name }),
+          el('span', { class: 'step-name', text: name }),
           detail ? el('span', { class: 'muted', text: detail }) : null),
         el('pre', { class: 'output', text: st.output ? st.output : t('grade.noOutput') })));
     }
+    // an output that scrolls can be reached (and scrolled) with the keyboard
+    ol.querySelectorAll('pre.output').forEach((p) => {
+      if (p.scrollHeight > p.clientHeight + 1) p.tabIndex = 0;
+    });
+  }
+
+  function gradeWords(g) {
+    const failed = (g.steps || []).filter((st) => !st.passed)
+      .map((st) => (st.i18n && st.i18n[lang] && st.i18n[lang].name) || st.name);
+    return t('grade.summary', { passed: g.passed, total: g.total }) +
+      (failed.length ? '. ' + t('grade.failedSteps', { names: failed.join(', ') }) : '');
   }
 
   async function grade() {
@@ -530,13 +665,23 @@
       S.labError = errorText(r);
       if (r.status === 409 || r.status === 404) refreshSession();
     }
-    if (S.view === 'lab') renderLab(S.session);
+    if (S.view !== 'lab') return;
+    renderLab(S.session);
+    if (r.status === 200) {
+      announce('grade-live', gradeWords(S.grade));
+      // on a small screen the result is below the terminal: bring it into view
+      const p = $('grade-panel').getBoundingClientRect();
+      if (p.top < 0 || p.bottom > window.innerHeight) {
+        $('grade-panel').scrollIntoView({ block: p.height > window.innerHeight ? 'start' : 'nearest' });
+      }
+    }
   }
 
   /* ----------------------------------------------------------- console */
   class Console {
-    constructor(sid, container) {
+    constructor(sid, container, maxCols) {
       this.sid = sid;
+      this.maxCols = maxCols;
       this.failures = 0;
       this.ws = null;
       this.open = false;
@@ -549,16 +694,62 @@
       this.tooMany = false;
       this.opened = false;
       this.enc = new TextEncoder();
-      // 80x24: a serial console has no window size, so the guest's shell
-      // assumes 80 columns; a wider terminal would garble long command lines
+      this.escTimer = null;
+      this.sentSize = '';
+      // The terminal fills its box (fit addon) and tells the other end its
+      // size in a text message: a Pod's exec stream has a resize channel; a
+      // VM's serial line has no size of its own, the guest agent sets it
+      // (POST /tty-size) when the bridge passes the message on.
       this.term = new window.Terminal({
-        cols: 80, rows: 24, cursorBlink: true, fontSize: 15, scrollback: 5000,
+        cols: 80, rows: 24, cursorBlink: true, scrollback: 5000,
+        fontSize: window.matchMedia('(max-width: 40rem)').matches ? 13 : 15,
         fontFamily: '"DejaVu Sans Mono", "Noto Sans Mono", Menlo, Consolas, monospace',
         theme: { background: '#111418', foreground: '#e6e6e6' },   // = --term in app.css
+        screenReaderMode: true,
       });
+      this.fitter = new window.FitAddon.FitAddon();
+      this.term.loadAddon(this.fitter);
       container.replaceChildren();
       this.term.open(container);
-      this.term.onData((d) => this.send(this.enc.encode(d)));
+      const ta = this.term.textarea;
+      if (ta) {
+        ta.setAttribute('aria-label', t('lab.termLabel'));
+        ta.setAttribute('aria-describedby', 'term-hint');
+      }
+      // Esc then Tab (or Shift+Tab) leaves the terminal. Tab alone is the
+      // shell's (completion). Esc is held back a moment: followed by Tab it
+      // was for leaving and the program never sees it (no stray Esc prefix
+      // eats the next key); followed by any other key, or after ESC_HOLD_MS,
+      // it goes to the program first (vi keeps working).
+      this.term.attachCustomKeyEventHandler((ev) => {
+        if (ev.type !== 'keydown') return true;
+        const plain = !ev.ctrlKey && !ev.altKey && !ev.metaKey;
+        if (ev.key === 'Escape' && plain && !ev.shiftKey) {
+          this.flushEsc();
+          this.escTimer = setTimeout(() => this.flushEsc(), ESC_HOLD_MS);
+          return false;
+        }
+        if (ev.key === 'Tab' && plain && this.escTimer) {
+          clearTimeout(this.escTimer);
+          this.escTimer = null;
+          ev.preventDefault();
+          (ev.shiftKey ? $('end') : $('grade')).focus();
+          return false;
+        }
+        if (!['Shift', 'Control', 'Alt', 'Meta', 'AltGraph', 'CapsLock'].includes(ev.key)) this.flushEsc();
+        return true;
+      });
+      this.fit();
+      this.resizeObs = new ResizeObserver(() => {
+        clearTimeout(this.fitTimer);
+        this.fitTimer = setTimeout(() => this.fit(), 60);
+      });
+      this.resizeObs.observe(container);
+      this.term.onResize(() => this.sendSize());
+      this.term.onData((d) => {
+        this.flushEsc();
+        this.send(this.enc.encode(d));
+      });
       this.term.onBinary((d) => {
         const b = new Uint8Array(d.length);
         for (let i = 0; i < d.length; i++) b[i] = d.charCodeAt(i) & 255;
@@ -571,9 +762,39 @@
       if (this.ws && this.open && this.ws.readyState === WebSocket.OPEN) this.ws.send(bytes);
     }
 
+    /* A held-back Esc goes to the program now. */
+    flushEsc() {
+      if (!this.escTimer) return;
+      clearTimeout(this.escTimer);
+      this.escTimer = null;
+      this.send(this.enc.encode('\x1b'));
+    }
+
+    /* As many columns and rows as the box holds (at least 20 x 5). */
+    fit() {
+      if (this.stopped || !this.term.element) return;
+      const d = this.fitter.proposeDimensions();
+      if (!d || !Number.isFinite(d.cols) || !Number.isFinite(d.rows)) return;
+      const cols = Math.max(20, Math.min(this.maxCols, d.cols));
+      const rows = Math.max(5, Math.min(200, d.rows));
+      if (cols !== this.term.cols || rows !== this.term.rows) this.term.resize(cols, rows);
+    }
+
+    sendSize() {
+      const size = JSON.stringify({ type: 'resize', cols: this.term.cols, rows: this.term.rows });
+      if (!this.ws || !this.open || this.ws.readyState !== WebSocket.OPEN || size === this.sentSize) return;
+      this.ws.send(size);
+      this.sentSize = size;
+    }
+
     setState(st) {
+      const was = this.state;
       this.state = st;
       this.render();
+      if (st !== was && lab && lab.console === this) {
+        announce('conn-live', st === 'open' ? t('console.open') : st === 'connecting' ? t('console.connecting')
+          : st === 'ended' ? t('console.ended') : t('console.retryingNow'));
+      }
     }
 
     render() {
@@ -633,10 +854,9 @@
           this.open = true;
           this.tooMany = false;
           this.term.reset();       // the bridge replays the last screenful next
+          this.sentSize = '';
+          this.sendSize();
           this.setState('open');
-          if (!this.opened && (document.activeElement === document.body || !document.activeElement)) {
-            this.term.focus();     // ready to type at once
-          }
           this.opened = true;
           clearTimeout(this.stableTimer);
           this.stableTimer = setTimeout(() => { this.failures = 0; }, STABLE_MS);
@@ -684,6 +904,9 @@
       this.stopped = true;
       clearTimeout(this.timer);
       clearTimeout(this.stableTimer);
+      clearTimeout(this.fitTimer);
+      clearTimeout(this.escTimer);
+      this.resizeObs.disconnect();
       const ws = this.ws;
       this.ws = null;
       if (ws) {
@@ -699,7 +922,7 @@
     if (S.view === 'starting') renderElapsed();
     else if (S.view === 'lab') {
       renderRemaining();
-      if (lab && lab.console.state === 'retrying') lab.console.render();
+      if (lab && lab.console && lab.console.state === 'retrying') lab.console.render();
     } else if (S.view === 'lessons' && S.notice && S.notice.kind === 'capacity') renderCapacityWhen();
   }
 
@@ -723,37 +946,45 @@
     $('failed-again').addEventListener('click', (e) => start(e.currentTarget.dataset.lesson));
     document.querySelectorAll('.to-lessons').forEach((b) => b.addEventListener('click', async () => {
       S.notice = null;
-      showLessons();
+      showLessons(true);
       await checkCurrent();
     }));
     $('cancel-start').addEventListener('click', async (e) => {
-      if (!S.session) return;
-      e.currentTarget.disabled = true;
+      const b = e.currentTarget;
+      if (!S.session || b.getAttribute('aria-disabled') === 'true') return;
+      b.setAttribute('aria-disabled', 'true');
       const st = await endSession(S.session.id);
-      e.currentTarget.disabled = false;
-      if (st === 200) showLessons();
+      b.removeAttribute('aria-disabled');
+      if (st === 200) showLessons(true);
     });
     $('grade').addEventListener('click', grade);
+    const closeConfirm = () => {
+      $('end-confirm').hidden = true;
+      $('end').focus();          // back where the student was
+    };
     $('end').addEventListener('click', () => {
       $('end-confirm').hidden = false;
       $('end-no').focus();
     });
-    $('end-no').addEventListener('click', () => {
-      $('end-confirm').hidden = true;
-      if (lab) lab.console.term.focus();
+    $('end-no').addEventListener('click', closeConfirm);
+    $('end-confirm').addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') {
+        e.preventDefault();
+        closeConfirm();
+      }
     });
     $('end-yes').addEventListener('click', async (e) => {
-      if (!S.session) return;
       const b = e.currentTarget;
-      b.disabled = true;
+      if (!S.session || b.getAttribute('aria-disabled') === 'true') return;
+      b.setAttribute('aria-disabled', 'true');   // keeps the focus, unlike disabled
       b.textContent = t('lab.ending');
       await endSession(S.session.id);
-      b.disabled = false;
+      b.removeAttribute('aria-disabled');
       b.textContent = t('end.yes');
       $('end-confirm').hidden = true;
     });
-    $('reconnect').addEventListener('click', () => { if (lab) lab.console.reconnectNow(); });
-    window.addEventListener('online', () => { if (lab) lab.console.reconnectNow(); });
+    $('reconnect').addEventListener('click', () => { if (lab && lab.console) lab.console.reconnectNow(); });
+    window.addEventListener('online', () => { if (lab && lab.console) lab.console.reconnectNow(); });
     document.addEventListener('visibilitychange', () => {
       if (document.visibilityState !== 'visible') return;
       if (S.view === 'lessons') checkCurrent();
@@ -766,12 +997,6 @@
     applyTexts();
     bind();
     const [, cur] = await Promise.all([loadLessons(), api('GET', '/api/sessions/current')]);
-    if (typeof window.Terminal !== 'function') {
-      // without the vendored xterm.js there is no terminal: say so plainly
-      S.notice = { kind: 'error', text: 'xterm.js is missing (/vendor/xterm.js): the site needs "make web-vendor".' };
-      showLessons();
-      return;
-    }
     if (cur.status === 200) {
       showSession(cur.data);
       return;

@@ -1,5 +1,5 @@
 /* agent.h - labvm's side of the in-guest agent (fcgi-app/guest/agent.py):
- * GET /ready and POST /run over HTTP with the per-VM bearer token. */
+ * GET /ready and POST /run over HTTP (httpc.h) with the per-VM bearer token. */
 #ifndef LABVM_CORE_AGENT_H
 #define LABVM_CORE_AGENT_H
 
@@ -11,7 +11,6 @@
 struct agent {
 	CURL *h;
 	struct buf body;
-	char err[CURL_ERROR_SIZE];
 	char msg[512];
 	double ms;
 };

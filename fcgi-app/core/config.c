@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "log.h"
 #include "util.h"
 
@@ -233,7 +235,7 @@ void cfg_free(struct cfg *c)
 	free(c->label.image);
 	memset(&c->label, 0, sizeof c->label);
 	if (c->ticket_key) {
-		memset(c->ticket_key, 0, c->ticket_key_len);
+		OPENSSL_cleanse(c->ticket_key, c->ticket_key_len);
 		free(c->ticket_key);
 		c->ticket_key = NULL;
 	}

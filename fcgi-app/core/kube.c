@@ -4,21 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "httpc.h"
 #include "log.h"
 #include "metrics.h"
 
 #define KUBE_MAX_BODY  (32u << 20)
 #define TOKEN_REREAD_S 60.0
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
-{
-	struct buf *b = ud;
-	size_t n = size * nmemb;
-	if (b->len + n > KUBE_MAX_BODY)
-		return 0; /* abort the transfer */
-	buf_append(b, data, n);
-	return n;
-}
 
 static int load_token(struct kube *k)
 {
@@ -31,27 +22,7 @@ static int load_token(struct kube *k)
 	}
 	util_rstrip(t);
 	k->token_read_at = util_mono_s();
-	if (k->token && strcmp(k->token, t) == 0) {
-		free(t);
-		return 0;
-	}
-	char *hdr = xasprintf("Authorization: Bearer %s", t);
-	struct curl_slist *l = curl_slist_append(NULL, "Accept: application/json");
-	struct curl_slist *l2 = l ? curl_slist_append(l, hdr) : NULL;
-	memset(hdr, 0, strlen(hdr));
-	free(hdr);
-	if (!l2) {
-		curl_slist_free_all(l);
-		free(t);
-		snprintf(k->msg, sizeof k->msg, "out of memory");
-		return -1;
-	}
-	curl_slist_free_all(k->hdrs);
-	k->hdrs = l2;
-	if (k->token) {
-		memset(k->token, 0, strlen(k->token));
-		free(k->token);
-	}
+	util_free_secret(k->token);
 	k->token = t;
 	return 0;
 }
@@ -75,11 +46,7 @@ void kube_cleanup(struct kube *k)
 {
 	if (k->h)
 		curl_easy_cleanup(k->h);
-	curl_slist_free_all(k->hdrs);
-	if (k->token) {
-		memset(k->token, 0, strlen(k->token));
-		free(k->token);
-	}
+	util_free_secret(k->token);
 	buf_free(&k->body);
 	memset(k, 0, sizeof *k);
 }
@@ -103,97 +70,40 @@ static void status_message(struct kube *k, long code)
 long kube_call(struct kube *k, const char *method, const char *path, const cJSON *body,
                const char *content_type, cJSON **out)
 {
-	char *url, *json = NULL, *ct = NULL;
-	struct curl_slist *hdrs = NULL, *tail;
-	long code = 0;
-	CURLcode rc;
+	char why[CURL_ERROR_SIZE + 64];
 	double t0 = util_mono_s();
+	long code = 0;
 
 	if (out)
 		*out = NULL;
 	k->msg[0] = '\0';
-	if ((!k->hdrs || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
-	    !k->hdrs)
+	if ((!k->token || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
+	    !k->token)
 		return 0;
 
-	url = xasprintf("%s%s", k->cfg->kube_api, path);
-	curl_easy_reset(k->h);
-	buf_reset(&k->body);
-	hdrs = k->hdrs;
-	if (body) {
-		json = cJSON_PrintUnformatted(body);
-		if (!json) {
-			free(url);
-			snprintf(k->msg, sizeof k->msg, "out of memory");
-			return 0;
-		}
-		/* a per-call copy: the shared list plus Content-Type */
-		hdrs = NULL;
-		for (struct curl_slist *s = k->hdrs; s; s = s->next) {
-			tail = curl_slist_append(hdrs, s->data);
-			if (!tail)
-				goto oom;
-			hdrs = tail;
-		}
-		ct =
-		    xasprintf("Content-Type: %s", content_type ? content_type : "application/json");
-		tail = curl_slist_append(hdrs, ct);
-		if (!tail)
-			goto oom;
-		hdrs = tail;
-		/* no "Expect: 100-continue" round trip before large bodies (Secrets) */
-		tail = curl_slist_append(hdrs, "Expect:");
-		if (!tail)
-			goto oom;
-		hdrs = tail;
-	}
-	if (curl_easy_setopt(k->h, CURLOPT_URL, url) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_CAINFO, k->cfg->kube_ca_file) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_CONNECTTIMEOUT_MS, 3000L) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_TIMEOUT_MS, (long)k->cfg->kube_timeout_ms) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_TCP_KEEPALIVE, 1L) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_ERRORBUFFER, k->err) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_WRITEDATA, &k->body) != CURLE_OK ||
-	    curl_easy_setopt(k->h, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK)
-		goto setopt;
-	if (json && (curl_easy_setopt(k->h, CURLOPT_POSTFIELDS, json) != CURLE_OK ||
-	             curl_easy_setopt(k->h, CURLOPT_POSTFIELDSIZE, (long)strlen(json)) != CURLE_OK))
-		goto setopt;
-	if (strcmp(method, "GET") == 0 && curl_easy_setopt(k->h, CURLOPT_HTTPGET, 1L) != CURLE_OK)
-		goto setopt;
-
-	k->err[0] = '\0';
-	rc = curl_easy_perform(k->h);
-	if (rc != CURLE_OK) {
-		snprintf(k->msg, sizeof k->msg, "cluster API unreachable: %s",
-		         k->err[0] ? k->err : curl_easy_strerror(rc));
-		code = 0;
+	char *url = xasprintf("%s%s", k->cfg->kube_api, path);
+	struct httpc_req rq = {
+	    .method = method,
+	    .url = url,
+	    .json = body,
+	    .content_type = content_type,
+	    .bearer = k->token,
+	    .ca_file = k->cfg->kube_ca_file,
+	    .connect_timeout_ms = 3000,
+	    .timeout_ms = k->cfg->kube_timeout_ms,
+	    .max_body = KUBE_MAX_BODY,
+	};
+	code = httpc_call(k->h, &rq, &k->body, why, sizeof why);
+	if (!code) {
+		snprintf(k->msg, sizeof k->msg, "cluster API unreachable: %s", why);
 	} else {
-		curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &code);
-		if (out && k->body.len)
-			*out = cJSON_ParseWithLength(k->body.p, k->body.len);
+		if (out)
+			*out = httpc_json(&k->body);
 		if (code >= 400)
 			status_message(k, code);
 		if (code == 401)
 			k->token_read_at = 0; /* maybe rotated: re-read next time */
 	}
-	goto done;
-setopt:
-	snprintf(k->msg, sizeof k->msg, "curl setup failed");
-	goto done;
-oom:
-	snprintf(k->msg, sizeof k->msg, "out of memory");
-done:
-	if (hdrs != k->hdrs)
-		curl_slist_free_all(hdrs);
-	free(ct);
-	if (json)
-		cJSON_free(json);
 	free(url);
 	k->ms += (util_mono_s() - t0) * 1000.0;
 	k->calls++;
@@ -220,6 +130,18 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
 	curl_free(esc);
 	long code = kube_get(k, p, out);
 	free(p);
+	return code;
+}
+
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n)
+{
+	cJSON *list = NULL;
+	long code = kube_list(k, path, label_selector, &list);
+	const cJSON *items = kj_get(list, "items");
+	if (code == 200 && !cJSON_IsArray(items))
+		code = 0;
+	*n = code == 200 ? cJSON_GetArraySize(items) : 0;
+	cJSON_Delete(list);
 	return code;
 }
 

@@ -1,4 +1,4 @@
-/* kube.h - a small Kubernetes API client over libcurl: one keep-alive
+/* kube.h - a small Kubernetes API client over httpc.h: one keep-alive
  * handle per thread, bearer token from the service-account file (re-read
  * when it rotates), TLS verified against the cluster CA, cJSON bodies.
  *
@@ -15,13 +15,11 @@
 struct kube {
 	const struct cfg *cfg;
 	CURL *h;
-	struct curl_slist *hdrs; /* Accept + Authorization (secret) */
-	char *token;             /* secret */
-	double token_read_at;    /* monotonic seconds */
-	struct buf body;         /* last response body */
-	char err[CURL_ERROR_SIZE];
-	char msg[512]; /* last error, fit for logs and answers (no secrets) */
-	double ms;     /* time spent in API calls since kube_reset_timer */
+	char *token;          /* secret */
+	double token_read_at; /* monotonic seconds */
+	struct buf body;      /* last response body */
+	char msg[512];        /* last error, fit for logs and answers (no secrets) */
+	double ms;            /* time spent in API calls since kube_reset_timer */
 	unsigned calls;
 };
 
@@ -42,6 +40,8 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
+/* How many objects a list returns (*n; 0 unless the answer is 200 with items). */
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n);
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
 long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:

@@ -18,6 +18,15 @@ const char *lesson_runtime_str(enum lesson_runtime r)
 	return r == RUNTIME_POD ? "pod" : "vm";
 }
 
+int lesson_runtime_parse(const char *v)
+{
+	if (v && strcmp(v, "vm") == 0)
+		return RUNTIME_VM;
+	if (v && strcmp(v, "pod") == 0)
+		return RUNTIME_POD;
+	return -1;
+}
+
 const char *lesson_disk_str(enum lesson_disk d)
 {
 	switch (d) {
@@ -126,14 +135,12 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	}
 	if (get_str(o, "runtime", 1, &s, err, errlen) < 0)
 		goto fail;
-	if (strcmp(s, "vm") == 0) {
-		l->runtime = RUNTIME_VM;
-	} else if (strcmp(s, "pod") == 0) {
-		l->runtime = RUNTIME_POD;
-	} else {
+	int rt = lesson_runtime_parse(s);
+	if (rt < 0) {
 		snprintf(err, errlen, "\"runtime\" must be \"vm\" or \"pod\"");
 		goto fail;
 	}
+	l->runtime = (enum lesson_runtime)rt;
 	free(s);
 	s = NULL;
 	if (get_str(o, "image", 1, &l->image, err, errlen) < 0 ||

@@ -57,6 +57,8 @@ void lesson_free(struct lesson *l);
 void lessons_free(struct lessons *ls);
 
 const char *lesson_runtime_str(enum lesson_runtime r);
+/* "vm" / "pod" to the enum; -1 when it is neither. */
+int lesson_runtime_parse(const char *v);
 const char *lesson_disk_str(enum lesson_disk d);
 
 #endif

@@ -17,6 +17,48 @@
 	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "      \
 	"extract(epoch from expires_at), extract(epoch from clock_timestamp())"
 
+static const char *const state_names[] = {
+    [SESSION_STARTING] = "starting",
+    [SESSION_READY] = "ready",
+    [SESSION_FAILED] = "failed",
+    [SESSION_ENDED] = "ended",
+};
+static const char *const stage_names[] = {
+    [STAGE_SUBMITTED] = "submitted", [STAGE_SCHEDULING] = "scheduling",
+    [STAGE_BOOTING] = "booting",     [STAGE_SETTING_UP] = "setting_up",
+    [STAGE_READY] = "ready",
+};
+
+#define NNAMES(a) (sizeof a / sizeof a[0])
+
+static int lookup(const char *const *names, size_t n, const char *v)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (strcmp(names[i], v) == 0)
+			return (int)i;
+	return -1;
+}
+
+const char *session_state_str(enum session_state st)
+{
+	return (size_t)st < NNAMES(state_names) ? state_names[st] : "unknown";
+}
+
+const char *session_stage_str(enum session_stage st)
+{
+	return (size_t)st < NNAMES(stage_names) ? stage_names[st] : "unknown";
+}
+
+int session_state_parse(const char *v)
+{
+	return lookup(state_names, NNAMES(state_names), v);
+}
+
+int session_stage_parse(const char *v)
+{
+	return lookup(stage_names, NNAMES(stage_names), v);
+}
+
 static char *dup_or_null(const PGresult *r, int c)
 {
 	const char *v = db_val(r, 0, c);
@@ -77,13 +119,23 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 		PQclear(r);
 		return SESSION_NONE;
 	}
-	char **str[] = {
-	    &s->id,           &s->user,       &s->lesson,      &s->runtime,         &s->environment,
-	    &s->state,        &s->stage,      &s->disk_source, &s->fallback_reason, &s->created_at,
-	    &s->submitted_at, &s->running_at, &s->ready_at,    &s->ended_at,        &s->expires_at,
-	    &s->end_reason,   &s->error,      &s->last_grade,  &s->graded_at};
+	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
+	char **str[] = {&s->id,         &s->user,         &s->lesson,
+	                NULL,           &s->environment,  NULL,
+	                NULL,           &s->disk_source,  &s->fallback_reason,
+	                &s->created_at, &s->submitted_at, &s->running_at,
+	                &s->ready_at,   &s->ended_at,     &s->expires_at,
+	                &s->end_reason, &s->error,        &s->last_grade,
+	                &s->graded_at};
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
-		*str[i] = dup_or_null(r, i);
+		if (str[i])
+			*str[i] = dup_or_null(r, i);
+	int runtime = lesson_runtime_parse(db_val(r, 0, 3));
+	int state = session_state_parse(db_val(r, 0, 5));
+	int stage = session_stage_parse(db_val(r, 0, 6));
+	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
+	s->state = (enum session_state)(state < 0 ? 0 : state);
+	s->stage = (enum session_stage)(stage < 0 ? 0 : stage);
 	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
 	s->ready_timeout_s = atoi(PQgetvalue(r, 0, 20));
 	s->t_submitted = num(r, 21);
@@ -91,9 +143,11 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	s->t_expires = num(r, 23);
 	s->t_now = num(r, 24);
 	int bad = parse_vms(db_val(r, 0, 25), s) < 0;
+	int unknown = runtime < 0 || state < 0 || stage < 0;
 	PQclear(r);
-	if (bad) {
-		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed session_vms");
+	if (bad || unknown) {
+		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
+		         bad ? "session_vms" : "runtime, state or stage");
 		session_free(s);
 		return SESSION_DBERR;
 	}
@@ -128,20 +182,18 @@ static int reload(struct labctx *x, struct session *s)
 
 void session_free(struct session *s)
 {
-	char *str[] = {
-	    s->id,           s->user,       s->lesson,      s->runtime,         s->environment,
-	    s->state,        s->stage,      s->disk_source, s->fallback_reason, s->created_at,
-	    s->submitted_at, s->running_at, s->ready_at,    s->ended_at,        s->expires_at,
-	    s->end_reason,   s->error,      s->last_grade,  s->graded_at};
+	char *str[] = {s->id,          s->user,         s->lesson,
+	               s->environment, s->disk_source,  s->fallback_reason,
+	               s->created_at,  s->submitted_at, s->running_at,
+	               s->ready_at,    s->ended_at,     s->expires_at,
+	               s->end_reason,  s->error,        s->last_grade,
+	               s->graded_at};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
 		free(s->vms[i].name);
 		free(s->vms[i].secret);
-		if (s->vms[i].token) {
-			memset(s->vms[i].token, 0, strlen(s->vms[i].token));
-			free(s->vms[i].token);
-		}
+		util_free_secret(s->vms[i].token);
 		free(s->vms[i].ip);
 	}
 	free(s->vms);
@@ -150,7 +202,7 @@ void session_free(struct session *s)
 
 int session_active(const struct session *s)
 {
-	return s->state && (strcmp(s->state, "starting") == 0 || strcmp(s->state, "ready") == 0);
+	return s->id && (s->state == SESSION_STARTING || s->state == SESSION_READY);
 }
 
 cJSON *session_json(const struct session *s)
@@ -159,9 +211,9 @@ cJSON *session_json(const struct session *s)
 	jx_add_str(o, "id", s->id);
 	jx_add_str(o, "user", s->user);
 	jx_add_str(o, "lesson", s->lesson);
-	jx_add_str(o, "runtime", s->runtime);
-	jx_add_str(o, "state", s->state);
-	jx_add_str(o, "stage", s->stage);
+	jx_add_str(o, "runtime", lesson_runtime_str(s->runtime));
+	jx_add_str(o, "state", session_state_str(s->state));
+	jx_add_str(o, "stage", session_stage_str(s->stage));
 	disk = jx_add_obj(o, "disk");
 	jx_add_str(disk, "source", s->disk_source);
 	jx_add_str(disk, "fallback_reason", s->fallback_reason);
@@ -194,7 +246,7 @@ cJSON *session_json(const struct session *s)
 int session_delete_objects(struct labctx *x, struct session *s)
 {
 	const struct cfg *c = x->cfg;
-	int pod = s->runtime && strcmp(s->runtime, "pod") == 0;
+	int pod = s->runtime == RUNTIME_POD;
 	int failed = 0;
 
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -232,10 +284,10 @@ int session_delete_objects(struct labctx *x, struct session *s)
 	return failed;
 }
 
-int session_finish(struct labctx *x, struct session *s, const char *state, const char *end_reason,
-                   const char *error)
+int session_finish(struct labctx *x, struct session *s, enum session_state state,
+                   const char *end_reason, const char *error)
 {
-	const char *p[4] = {s->id, state, end_reason, error};
+	const char *p[4] = {s->id, session_state_str(state), end_reason, error};
 	PGresult *r = db_exec(&x->db,
 	                      "UPDATE sessions SET state = $2, end_reason = $3, "
 	                      "error = COALESCE($4, error), ended_at = clock_timestamp() "
@@ -244,7 +296,7 @@ int session_finish(struct labctx *x, struct session *s, const char *state, const
 	if (!r)
 		return -1;
 	if (PQntuples(r) > 0)
-		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, state,
+		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, p[1],
 		         end_reason, error ? ": " : "", error ? error : "");
 	PQclear(r);
 	session_delete_objects(x, s);
@@ -258,24 +310,23 @@ static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
 {
 	va_list ap;
 	char msg[1024];
-	int n = snprintf(msg, sizeof msg, "%s: ", s->stage);
+	int n = snprintf(msg, sizeof msg, "%s: ", session_stage_str(s->stage));
 	va_start(ap, fmt);
 	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
 	va_end(ap);
-	return session_finish(x, s, "failed", "failed", msg);
+	return session_finish(x, s, SESSION_FAILED, "failed", msg);
 }
 
-static void set_stage(struct labctx *x, struct session *s, const char *stage)
+static void set_stage(struct labctx *x, struct session *s, enum session_stage stage)
 {
-	const char *p[2] = {s->id, stage};
-	if (strcmp(s->stage, stage) == 0)
+	const char *p[2] = {s->id, session_stage_str(stage)};
+	if (s->stage == stage)
 		return;
 	db_cmd(&x->db,
 	       "UPDATE sessions SET stage = $2 "
 	       "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
 	       2, p);
-	free(s->stage);
-	s->stage = xstrdup(stage);
+	s->stage = stage;
 }
 
 /* Why a VM is not running, for the error message: VM printableStatus. */
@@ -290,7 +341,7 @@ static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
 	free(path);
 }
 
-static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm)
+static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
 {
 	char *path = kube_path("virtualmachineinstances", x->cfg->namespace_, vm->name);
 	cJSON *vmi = NULL;
@@ -319,11 +370,11 @@ static int advance_running(struct labctx *x, struct session *s, struct session_v
 	} else {
 		if (code == 404 || (phase && strcmp(phase, "Scheduled") != 0) ||
 		    (code == 200 && !phase))
-			set_stage(x, s, "scheduling");
+			set_stage(x, s, STAGE_SCHEDULING);
 		else if (phase)
-			set_stage(x, s, "booting");
+			set_stage(x, s, STAGE_BOOTING);
 		/* else the cluster did not answer: keep the stage, the deadline still counts */
-		if (s->t_submitted > 0 && s->t_now > s->t_submitted + s->running_timeout_s) {
+		if (overdue) {
 			char st[128];
 			vm_status(x, vm->name, st, sizeof st);
 			rc = fail(x, s,
@@ -341,7 +392,7 @@ static const char *detail_str(const cJSON *d, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int advance_ready(struct labctx *x, struct session *s, struct session_vm *vm)
+static int advance_ready(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
 {
 	const struct cfg *c = x->cfg;
 	cJSON *detail = NULL;
@@ -390,7 +441,7 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 		rc = fail(x, s, "the lab setup failed with exit code %d%s%s",
 		          cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
 		          tail ? tail : "");
-	} else if (s->t_now > s->t_running + s->ready_timeout_s) {
+	} else if (overdue) {
 		rc = fail(x, s, "the lab was not ready %d s after the VM started (agent: %s)%s%s",
 		          s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
 		          tail && *tail ? ": " : "", tail ? tail : "");
@@ -400,19 +451,53 @@ out:
 	return rc;
 }
 
+struct session_due session_due(const struct session *s, double now)
+{
+	struct session_due d = {DUE_NOTHING, 0, 0};
+	if (!session_active(s))
+		return d;
+	if (s->t_expires > 0 && now >= s->t_expires) {
+		d.what = DUE_EXPIRE;
+		d.deadline = s->t_expires;
+	} else if (s->state != SESSION_STARTING || s->ready_at) {
+		/* ready: nothing until it expires */
+	} else if (s->nvms == 0) {
+		d.what = DUE_NO_VM;
+	} else if (!s->running_at) {
+		d.what = DUE_RUNNING;
+		/* not submitted yet (a start in flight): no deadline runs */
+		if (s->t_submitted > 0) {
+			d.deadline = s->t_submitted + s->running_timeout_s;
+			d.overdue = now > d.deadline;
+		}
+	} else {
+		d.what = DUE_READY;
+		d.deadline = s->t_running + s->ready_timeout_s;
+		d.overdue = now > d.deadline;
+	}
+	return d;
+}
+
 int session_advance(struct labctx *x, struct session *s)
 {
-	if (!session_active(s))
+	struct session_due d = session_due(s, s->t_now);
+	switch (d.what) {
+	case DUE_NOTHING:
 		return 0;
-	if (s->t_expires > 0 && s->t_now >= s->t_expires)
-		return session_finish(x, s, "ended", "expired", NULL);
-	if (strcmp(s->state, "starting") != 0)
-		return 0;
-	if (s->nvms == 0)
+	case DUE_EXPIRE:
+		return session_finish(x, s, SESSION_ENDED, "expired", NULL);
+	case DUE_NO_VM:
 		return fail(x, s, "the session has no VM");
-	if (!s->running_at && advance_running(x, s, &s->vms[0]) < 0)
-		return -1;
-	if (s->state && strcmp(s->state, "starting") == 0 && s->running_at && !s->ready_at)
-		return advance_ready(x, s, &s->vms[0]);
+	case DUE_RUNNING:
+		if (advance_running(x, s, &s->vms[0], d.overdue) < 0)
+			return -1;
+		/* Running just now (s was reloaded): look for the ready flag at once */
+		d = session_due(s, s->t_now);
+		if (d.what != DUE_READY)
+			return 0;
+		/* fall through */
+	case DUE_READY:
+		return advance_ready(x, s, &s->vms[0], d.overdue);
+	}
 	return 0;
 }

@@ -7,13 +7,22 @@
  *
  * Every transition is a conditional UPDATE, so concurrent pollers (several
  * browser tabs, several FastCGI processes, the reaper) record each timestamp
- * once and the first one to decide wins. */
+ * once and the first one to decide wins.
+ *
+ * To add a stage: a value in enum session_stage and its name in stage_names
+ * (session.c), the same name in the CHECK constraint (a new sql/ migration),
+ * set_stage() where the cluster or the agent shows it (advance_running or
+ * advance_ready in session.c); if it has a deadline of its own, a case in
+ * session_due() and a row in tests/unit/test_session_due.c; its label on
+ * the page (web/app.js, web/i18n.js). The reaper and the API follow
+ * session_due() and need no change. */
 #ifndef LABVM_CORE_SESSION_H
 #define LABVM_CORE_SESSION_H
 
 #include <cjson/cJSON.h>
 
 #include "lab.h"
+#include "state.h"
 
 struct session_vm {
 	char *name;
@@ -23,8 +32,20 @@ struct session_vm {
 	int deleted;
 };
 
+/* The closed sets of sql/001_sessions.sql, parsed once when a row is loaded. */
+enum session_stage {
+	STAGE_SUBMITTED,  /* the VM was created */
+	STAGE_SCHEDULING, /* no VMI yet, or one still pending */
+	STAGE_BOOTING,    /* VMI scheduled onto a node */
+	STAGE_SETTING_UP, /* VMI Running: waiting for the agent's ready flag */
+	STAGE_READY,
+};
+
 struct session {
-	char *id, *user, *lesson, *runtime, *environment, *state, *stage;
+	char *id, *user, *lesson, *environment;
+	enum lesson_runtime runtime;
+	enum session_state state;
+	enum session_stage stage;
 	char *disk_source, *fallback_reason;
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
@@ -43,6 +64,32 @@ int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
 int session_active(const struct session *s);
 
+const char *session_stage_str(enum session_stage st);
+/* The enum of a database value; -1 when it is not one. */
+int session_stage_parse(const char *v);
+
+/* What is due for a session at epoch second `now`: the one statement of the
+ * deadline rules, shared by session_advance() and the reaper's dry run. Pure:
+ * no I/O, it reads only the loaded row.
+ *
+ *   active and now >= expires_at            -> DUE_EXPIRE (end it, "expired")
+ *   starting without a VM                   -> DUE_NO_VM  (fail it)
+ *   starting, not Running yet               -> DUE_RUNNING: ask the cluster;
+ *        overdue when now > submitted_at + running_timeout_s
+ *   starting, Running, not ready            -> DUE_READY: ask the agent;
+ *        overdue when now > running_at + ready_timeout_s
+ *   anything else (ready, ended, failed)    -> DUE_NOTHING
+ *
+ * An overdue stage still gets its last look: a VM that is Running at the
+ * deadline is not failed. The runtime (vm, pod) does not change the rules. */
+enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY };
+struct session_due {
+	enum session_due_what what;
+	int overdue;     /* DUE_RUNNING / DUE_READY: the deadline has passed */
+	double deadline; /* epoch seconds of that deadline, 0 when none */
+};
+struct session_due session_due(const struct session *s, double now);
+
 /* The API's JSON form (no secrets). */
 cJSON *session_json(const struct session *s);
 
@@ -50,10 +97,10 @@ cJSON *session_json(const struct session *s);
  * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
 
-/* End (state "ended") or fail (state "failed") an active session, then delete
+/* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
  * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */
-int session_finish(struct labctx *x, struct session *s, const char *state, const char *end_reason,
-                   const char *error);
+int session_finish(struct labctx *x, struct session *s, enum session_state state,
+                   const char *end_reason, const char *error);
 
 /* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
  * them deleted in the database. Returns how many objects could not be deleted. */

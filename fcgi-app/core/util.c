@@ -124,6 +124,14 @@ void buf_reset(struct buf *b)
 		b->p[0] = '\0';
 }
 
+void util_free_secret(char *s)
+{
+	if (!s)
+		return;
+	OPENSSL_cleanse(s, strlen(s));
+	free(s);
+}
+
 void buf_free(struct buf *b)
 {
 	free(b->p);

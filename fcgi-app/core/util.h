@@ -43,6 +43,8 @@ unsigned char *util_b64url_decode(const char *s, size_t *out_len);
 
 /* Constant-time equality of two byte strings (length leaks, contents do not). */
 int util_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
+/* Wipe a NUL-terminated secret (OPENSSL_cleanse: not optimised away) and free it. */
+void util_free_secret(char *s);
 
 /* Milliseconds: monotonic (for durations) and wall clock (epoch). */
 int64_t util_mono_ms(void);

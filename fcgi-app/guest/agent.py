@@ -16,6 +16,11 @@ start before the file exists; until then everything is refused).
     POST /run    {"cmd": "...", "timeout_s": 30}  (timeout optional, max 300)
                  200 {"exit_code": N | null, "stdout": "...", "stderr": "...",
                       "timed_out": bool, "truncated": bool, "duration_ms": N}
+    POST /tty-size {"cols": N, "rows": M}  (1..1000 each)
+                 200 {"tty": path, "cols": N, "rows": M}; 409 no_console
+                 The serial console's window size (TIOCSWINSZ; the kernel then
+                 sends SIGWINCH to the program in front): a serial line has no
+                 size of its own, the student's browser terminal has one.
 
 Errors are {"error": "...", "message": "..."} with 400, 403, 404, 405, 411,
 413 or 500. Files written by cloud-init ($STATE = state dir):
@@ -25,9 +30,11 @@ $STATE/setup.rc (exit code) when it ends, $STATE/ready last, on success only.
 Settings: --listen / LABVM_AGENT_LISTEN (host:port, default 0.0.0.0:8899),
 --token-file / LABVM_AGENT_TOKEN_FILE (/etc/labvm/agent-token),
 --state-dir / LABVM_STATE_DIR (/var/lib/labvm),
---setup-log / LABVM_SETUP_LOG (/var/log/labvm-setup.log).
+--setup-log / LABVM_SETUP_LOG (/var/log/labvm-setup.log),
+--console-tty / LABVM_AGENT_CONSOLE_TTY (/dev/ttyS0, KubeVirt's serial console).
 """
 import argparse
+import fcntl
 import hmac
 import json
 import os
@@ -35,8 +42,10 @@ import re
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -187,12 +196,37 @@ def parse_run(body):
     return cmd, min(float(timeout), MAX_TIMEOUT)
 
 
+def parse_tty_size(body):
+    """(cols, rows) from a /tty-size body, or raise ValueError with a message."""
+    try:
+        req = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("body is not valid JSON")
+    if not isinstance(req, dict):
+        raise ValueError("body must be a JSON object")
+    out = []
+    for k in ("cols", "rows"):
+        v = req.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1000:
+            raise ValueError(k + " must be an integer in 1..1000")
+        out.append(v)
+    return out[0], out[1]
+
+
+def set_tty_size(path, cols, rows):
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    finally:
+        os.close(fd)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive; every answer has Content-Length
     server_version = "labvm-agent/1"
     timeout = 120  # idle keep-alive connections are closed after this
 
-    ROUTES = {"/ready": "GET", "/run": "POST"}
+    ROUTES = {"/ready": "GET", "/run": "POST", "/tty-size": "POST"}
 
     def handle_any(self):
         length = self.headers.get("Content-Length", "0")
@@ -232,6 +266,16 @@ class Handler(BaseHTTPRequestHandler):
                               close=True)
         if path == "/ready":
             return self.send_json(*ready_status())
+        if path == "/tty-size":
+            try:
+                cols, rows = parse_tty_size(body)
+            except ValueError as e:
+                return self.error(400, "bad_request", str(e))
+            try:
+                set_tty_size(CONF["console_tty"], cols, rows)
+            except OSError as e:
+                return self.error(409, "no_console", "%s: %s" % (CONF["console_tty"], e.strerror))
+            return self.send_json(200, {"tty": CONF["console_tty"], "cols": cols, "rows": rows})
         try:
             cmd, timeout = parse_run(body)
         except ValueError as e:
@@ -304,13 +348,15 @@ def main(argv=None):
                     help="setup.started, setup.rc, ready (env LABVM_STATE_DIR)")
     ap.add_argument("--setup-log", default=env("LABVM_SETUP_LOG") or "/var/log/labvm-setup.log",
                     help="setup script output (env LABVM_SETUP_LOG)")
+    ap.add_argument("--console-tty", default=env("LABVM_AGENT_CONSOLE_TTY") or "/dev/ttyS0",
+                    help="the serial console that POST /tty-size sizes (env LABVM_AGENT_CONSOLE_TTY)")
     args = ap.parse_args(argv)
     try:
         host, port = parse_listen(args.listen)
     except ValueError as e:
         ap.error(str(e))
     CONF.update(token_file=args.token_file, state_dir=args.state_dir,
-                setup_log=args.setup_log)
+                setup_log=args.setup_log, console_tty=args.console_tty)
 
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -151,7 +151,8 @@ def build():
     listing = sh("dpkg-deb", "-c", facts["deb"]).stdout
     for path in ("./usr/lib/labvm/labvm.fcgi", "./usr/lib/labvm/labvm-console",
                  "./usr/lib/labvm/labvm-reaper", "./usr/share/labvm/web/index.html",
-                 "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/web/operator.html",
+                 "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/web/vendor/manifest.json",
+                 "./usr/share/labvm/web/operator.html",
                  "./usr/share/labvm/web/operator.js", "./usr/share/labvm/sql/migrate",
                  "./etc/labvm/labvm.conf", "./etc/cron.d/labvm",
                  "./etc/lighttpd/conf-available/50-labvm.conf", "./etc/apache2/sites-available/labvm.conf",
@@ -253,6 +254,7 @@ def lighttpd_up():
     snippet = open("/etc/lighttpd/conf-available/50-labvm.conf").read()
     snippet = snippet.replace('"port" => 7682', f'"port" => {PORTS["console"]}')
     snippet = snippet.replace("/run/lighttpd/labvm-fcgi.sock", os.path.join(STATE, "labvm-fcgi.sock"))
+    snippet = snippet.replace("/var/cache/lighttpd/compress/labvm", os.path.join(STATE, "compress"))
     with open(os.path.join(STATE, "50-labvm.conf"), "w") as f:
         f.write(snippet)
     main = f"""server.modules = ( "mod_access", "mod_accesslog" )
@@ -284,7 +286,8 @@ def apache_up():
     with open(os.path.join(STATE, "apache-site.conf"), "w") as f:
         f.write(site)
     mods = ["mpm_event", "authz_core", "authz_user", "authn_core", "authn_file", "auth_basic", "headers",
-            "mime", "dir", "proxy", "proxy_fcgi", "proxy_wstunnel", "log_config"]
+            "mime", "dir", "proxy", "proxy_fcgi", "proxy_wstunnel", "log_config", "filter", "deflate",
+            "brotli"]
     main = [f'ServerRoot "{run}"', f'DefaultRuntimeDir "{run}"', f'PidFile "{run}/apache.pid"',
             f'ErrorLog "{STATE}/apache-error.log"', f"Listen 127.0.0.1:{PORTS['apache']}",
             "ServerName 127.0.0.1", "User www-data", "Group www-data", "TypesConfig /etc/mime.types"]
@@ -324,7 +327,10 @@ def serve():
         r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", "/api/healthz")
         t.eq(r.status, 200, f"{fe}: /api/healthz through the installed configuration", r.body[:300])
         r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", "/")
-        t.ok(r.status == 200 and "/vendor/xterm.js" in r.body, f"{fe}: the installed page", r.status)
+        t.ok(r.status == 200 and "app.js" in r.body, f"{fe}: the installed page", r.status)
+        for path in ("/vendor/manifest.json", "/vendor/xterm.js", "/operator.html"):
+            r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", path)
+            t.eq(r.status, 200, f"{fe}: GET {path}")
     facts["serving"] = True
 
 

@@ -1,0 +1,35 @@
+/* db.h - the database worker thread (db.c). The lws service thread never
+ * touches libpq: it queues requests (db_check, db_recheck) and takes the
+ * answers (db_results) when lws_cancel_service() wakes it. */
+#ifndef LABVM_CONSOLE_DB_H
+#define LABVM_CONSOLE_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libwebsockets.h>
+
+enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS };
+enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE };
+
+struct db_result {
+	struct db_result *next;
+	enum db_kind kind;
+	enum db_status status;
+	uint64_t conn_id; /* DB_CHECK */
+	char sid[37];     /* DB_CHECK, DB_ENDED */
+	char user[256];   /* DB_CHECK: owner */
+	int state;        /* DB_CHECK: enum session_state of sessions.state, -1 if unknown */
+	int up;           /* DB_STATUS: database reachable */
+};
+
+int db_start(const char *conninfo, const char *environment, struct lws_context *ctx);
+void db_stop(void);
+/* Ask for the owner/state of sid for a connection; the answer is a DB_CHECK result. */
+int db_check(uint64_t conn_id, const char *sid, const char *vm);
+/* Ask which of these sessions are no longer ready: one DB_ENDED result each. */
+int db_recheck(char (*sids)[37], size_t n);
+/* Take every result so far (a list in arrival order; caller frees each). */
+struct db_result *db_results(void);
+
+#endif

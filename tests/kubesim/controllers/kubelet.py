@@ -1,0 +1,200 @@
+"""The kubelet of every simulated node: a pod bound to a node needs its
+Secrets (FailedMount until they exist), its PVCs bound and attached (an RWO
+claim running elsewhere: FailedAttachVolume, Multi-Attach), its images
+(pulled once per node, then cached; an image named *doesnotexist* fails with
+ErrImagePull/ImagePullBackOff), then its containers start (Running, the pod
+IP). A pod being deleted goes once the guest behind it is down and the
+profile's pod_terminate has passed; one never bound goes at once."""
+import time
+
+import util
+from util import dig
+
+from .base import FAILING_IMAGE, Controller, cond, set_condition
+from .kubevirt.common import LAUNCHER_IMAGE
+
+PRELOADED = (LAUNCHER_IMAGE,)      # images every node already has
+
+
+def pod_status(api, pod, **kw):
+    """Write the pod's status: conditions= to set, other fields as given."""
+    n = util.deep(pod)
+    st = n.setdefault("status", {})
+    conds = kw.pop("conditions", None)
+    if conds:
+        cl = st.get("conditions") or []
+        for c in conds:
+            cl = set_condition(cl, c)
+        st["conditions"] = cl
+    st.update(kw)
+    if n != pod:
+        return api.sys_update("pods", n)
+    return pod
+
+
+def container_statuses(pod, state, ready=False, started=False):
+    out = []
+    for c in dig(pod, "spec", "containers") or []:
+        out.append({"name": c["name"], "image": c.get("image"), "imageID": "",
+                    "ready": ready, "restartCount": 0, "started": started, "state": state,
+                    "lastState": {}})
+    return out
+
+
+class Kubelet(Controller):
+    name = "kubelet"
+
+    def __init__(self, mgr):
+        super().__init__(mgr)
+        self.runtime = mgr.runtime
+        self.ipam = mgr.ipam
+        self.ips = mgr.ipam.ips
+        self.images = {}           # node -> set(images pulled)
+        self.pulling = {}          # (node, image) -> monotonic time the pull completes
+
+    def reconcile(self, store):
+        for pod in store.list("pods"):
+            md = pod["metadata"]
+            if md.get("deletionTimestamp"):
+                self.terminate(pod)
+            elif dig(pod, "spec", "nodeName") and \
+                    (dig(pod, "status", "phase") or "Pending") == "Pending":
+                self.start(pod, pod["spec"]["nodeName"])
+
+    def _pod_status(self, pod, **kw):
+        return pod_status(self.api, pod, **kw)
+
+    def _container_statuses(self, pod, state, ready=False, started=False):
+        return container_statuses(pod, state, ready, started)
+
+    def terminate(self, pod):
+        md = pod["metadata"]
+        uid = md["uid"]
+        if not dig(pod, "spec", "nodeName"):
+            self.store.remove("pods", pod)
+            return
+        # the VMI's guest must be down before the launcher goes away
+        owner = next((o for o in md.get("ownerReferences") or []
+                      if o.get("kind") == "VirtualMachineInstance"), None)
+        if owner and self.runtime.state.get(owner.get("uid")) in ("starting", "running",
+                                                                  "stopping"):
+            if self.runtime.state.get(owner.get("uid")) != "stopping":
+                self.runtime.stop(owner["uid"])
+            return
+        if self.ready(uid, "terminate", "pod_terminate"):
+            self.store.remove("pods", pod)
+
+    def start(self, pod, node):
+        md = pod["metadata"]
+        uid = md["uid"]
+        ns = md.get("namespace")
+        retry = self.profile.delay("attach_retry")
+        # secrets (cloud-init user data)
+        for v in dig(pod, "spec", "volumes") or []:
+            sn = dig(v, "secret", "secretName")
+            if sn and self.store.get("secrets", ns, sn) is None:
+                k = (uid, "mount-retry")
+                if self.due.get(k, 0) <= time.monotonic():
+                    self.api.event(pod, "Warning", "FailedMount",
+                                   f'MountVolume.SetUp failed for volume "{v["name"]}" : secret '
+                                   f'"{sn}" not found', "kubelet")
+                    self.due[k] = time.monotonic() + retry
+                return
+        # PVC attach (RWO across nodes -> Multi-Attach)
+        has_pvc = False
+        for v in dig(pod, "spec", "volumes") or []:
+            c = dig(v, "persistentVolumeClaim", "claimName")
+            if not c:
+                continue
+            has_pvc = True
+            pvc = self.store.get("persistentvolumeclaims", ns, c)
+            if pvc is None or dig(pvc, "status", "phase") != "Bound":
+                return
+            modes = dig(pvc, "status", "accessModes") or dig(pvc, "spec", "accessModes") or []
+            if ("ReadWriteOnce" in modes or "ReadWriteOncePod" in modes) and \
+                    not ({"ReadOnlyMany", "ReadWriteMany"} & set(modes)):
+                other = self._attached_elsewhere(pvc, node, uid)
+                if other:
+                    k = (uid, "attach-retry")
+                    if self.due.get(k, 0) <= time.monotonic():
+                        vol = dig(pvc, "spec", "volumeName") or f"pvc-{pvc['metadata']['uid']}"
+                        self.api.event(pod, "Warning", "FailedAttachVolume",
+                                       f'Multi-Attach error for volume "{vol}" Volume is already '
+                                       "exclusively attached to one node and can't be attached to "
+                                       "another", "attachdetach-controller")
+                        self.due[k] = time.monotonic() + retry
+                    return
+        if has_pvc and not self.ready(uid, "attach", "volume_attach"):
+            return
+        # images
+        for c in dig(pod, "spec", "containers") or []:
+            img = c.get("image") or ""
+            if img in PRELOADED:
+                continue
+            if FAILING_IMAGE in img:
+                k = (uid, "pull-retry")
+                if self.due.get(k, 0) <= time.monotonic():
+                    first = not dig(pod, "status", "containerStatuses", 1, "state", "waiting",
+                                    "reason") in ("ErrImagePull", "ImagePullBackOff")
+                    reason = "ErrImagePull" if first else "ImagePullBackOff"
+                    self.api.event(pod, "Warning", "Failed",
+                                   f'Failed to pull image "{img}": rpc error: code = NotFound '
+                                   f'desc = failed to pull and unpack image "{img}": not found',
+                                   "kubelet")
+                    self._pod_status(pod, containerStatuses=[
+                        dict(s, state={"waiting": {"reason": reason,
+                                                   "message": f'Back-off pulling image "{img}"'}})
+                        if s["image"] == img else s
+                        for s in self._container_statuses(pod, {"waiting": {
+                            "reason": "ContainerCreating"}})])
+                    self.due[k] = time.monotonic() + retry * 5
+                return
+            have = self.images.setdefault(node, set())
+            if img in have:
+                if not self.ready(uid, f"pull:{img}", "image_cached"):
+                    return
+                continue
+            pk = (node, img)
+            t = self.pulling.get(pk)
+            if t is None:
+                d = self.profile.delay("image_pull")
+                self.pulling[pk] = time.monotonic() + d
+                self.due[("node:" + node, img)] = time.monotonic() + d
+                self.api.event(pod, "Normal", "Pulling", f'Pulling image "{img}"', "kubelet")
+                return
+            if time.monotonic() < t:
+                return
+            have.add(img)
+            self.pulling.pop(pk, None)
+            self.due.pop(("node:" + node, img), None)
+            self.api.event(pod, "Normal", "Pulled", f'Successfully pulled image "{img}"',
+                           "kubelet")
+        if not self.ready(uid, "container", "container_start"):
+            return
+        vmi_uid = md.get("labels", {}).get("kubevirt.io/created-by")
+        ip = self.ips.get(vmi_uid) if vmi_uid else None
+        if ip is None:
+            ip = self.ipam.alloc()
+            if vmi_uid:
+                self.ips[vmi_uid] = ip
+        self._pod_status(pod, phase="Running", podIP=ip, podIPs=[{"ip": ip}],
+                         containerStatuses=self._container_statuses(
+                             pod, {"running": {"startedAt": util.now_rfc3339()}}, True, True),
+                         conditions=[cond("Initialized", "True"), cond("ContainersReady", "True"),
+                                     cond("Ready", "True")])
+        self.api.event(pod, "Normal", "Started", "Started container compute", "kubelet")
+
+    def _attached_elsewhere(self, pvc, node, my_uid):
+        ns, name = pvc["metadata"].get("namespace"), pvc["metadata"]["name"]
+        for p in self.store.list("pods", ns):
+            if p["metadata"]["uid"] == my_uid:
+                continue
+            pn = dig(p, "spec", "nodeName")
+            if not pn or pn == node:
+                continue
+            if dig(p, "status", "phase") != "Running":
+                continue
+            for v in dig(p, "spec", "volumes") or []:
+                if dig(v, "persistentVolumeClaim", "claimName") == name:
+                    return pn
+        return None

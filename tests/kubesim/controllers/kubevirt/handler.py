@@ -1,0 +1,208 @@
+"""virt-handler, the node agent of KubeVirt: from Scheduled on it owns the
+VMI. It starts the domain (the guest: a process guest or QEMU, through the
+node's guest runtime) after the profile's domain_start delay and reports
+Running (interfaces with the pod's address, guestOSInfo, conditions); it
+notices a guest that died (Failed) or powered itself off (Succeeded), a real
+guest's QEMU guest agent (AgentConnected, guestOSInfo), and on deletion
+powers the guest off after vm_shutdown.
+
+With real guests (`--guest qemu`) the VMI is Running only once QEMU runs (a
+start that fails makes it Failed, event SyncFailed); a process guest starts
+just after its VMI turns Running, with its agent "connected" at once."""
+import base64
+import time
+
+from util import dig
+
+from ..base import MI, Controller, cond, get_condition
+from .common import LAUNCHER_IMAGE, launcher_of, mem_request, vmi_status
+
+
+class VirtHandler(Controller):
+    name = "virt-handler"
+
+    def __init__(self, mgr):
+        super().__init__(mgr)
+        self.runtime = mgr.runtime
+        self.ips = mgr.ipam.ips      # vmi uid -> the address of its pod
+        # real guests: Running only once the guest process runs (see the module doc)
+        self.real_guests = self.runtime.real
+
+    def reconcile(self, store):
+        for vmi in store.list("virtualmachineinstances"):
+            self.vmi(vmi)
+
+    def _vmi_status(self, vmi, phase=None, **changes):
+        return vmi_status(self.api, vmi, phase, **changes)
+
+    def vmi(self, vmi):
+        md = vmi["metadata"]
+        uid = md["uid"]
+        phase = (vmi.get("status") or {}).get("phase") or "Pending"
+        if md.get("deletionTimestamp"):
+            if self.runtime.state.get(uid) in ("starting", "running"):
+                if self.ready(uid, "shutdown", "vm_shutdown"):
+                    self.runtime.stop(uid)
+            return
+        if phase not in ("Scheduled", "Running"):
+            return
+        pod = launcher_of(self.mgr, vmi)
+        if pod is None:
+            return      # virt-controller fails the VMI (vmi.py)
+        pphase = dig(pod, "status", "phase")
+        if pod["metadata"].get("deletionTimestamp") and phase != "Running":
+            return
+        if phase == "Scheduled":
+            if pphase != "Running":
+                return
+            if not self.ready(uid, "domain", "domain_start"):
+                return
+            ip = self.ips.get(uid) or dig(pod, "status", "podIP")
+            self.ips[uid] = ip
+            if self.real_guests:
+                # virt-handler reports Running once the domain (QEMU) runs
+                gs = self.runtime.state.get(uid)
+                if gs is None:
+                    self._start_domain(vmi, pod)
+                    return
+                if gs == "starting":
+                    return
+                if gs != "running":
+                    why = self.runtime.errors.get(uid) or "the domain did not start"
+                    self._vmi_status(vmi, "Failed", drop_conditions=("Ready",))
+                    self.api.event(vmi, "Warning", "SyncFailed",
+                                   f"server error. command SyncVMI failed: {why}"[:1000],
+                                   "virt-handler")
+                    return
+            mac = "02:%02x:%02x:%02x:%02x:%02x" % tuple(bytes.fromhex(uid.replace("-", "")[:10]))
+            # a process guest "has" its agent at once; a real one reports it later
+            agent = [] if self.real_guests else [cond("AgentConnected", "True")]
+            os_info = {} if self.real_guests else {
+                "id": "debian", "name": "Debian GNU/Linux", "version": "12", "versionId": "12",
+                "prettyName": "Debian GNU/Linux 12 (bookworm)", "kernelRelease": "6.1.0-kubesim"}
+            n = self._vmi_status(
+                vmi, "Running",
+                interfaces=[{"name": "default", "ipAddress": ip, "ipAddresses": [ip], "mac": mac,
+                             "infoSource": "domain" if self.real_guests else "domain, guest-agent",
+                             "interfaceName": "eth0",
+                             "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}],
+                guestOSInfo=os_info,
+                qosClass="Burstable", launcherContainerImageVersion=LAUNCHER_IMAGE,
+                migrationMethod="BlockMigration", migrationTransport="Unix",
+                activePods={pod["metadata"]["uid"]: dig(pod, "spec", "nodeName")},
+                conditions=[cond("Ready", "True"),
+                            cond("LiveMigratable", "False", "DisksNotLiveMigratable",
+                                 "cannot migrate VMI: PVC is not shared, live migration "
+                                 "requires that all PVCs must be shared (using ReadWriteMany "
+                                 "access mode)")] + agent)
+            self.api.event(vmi, "Normal", "Started", "VirtualMachineInstance started.",
+                           "virt-handler")
+            if not self.real_guests:
+                self._start_domain(n or vmi, pod)
+            return
+        if phase == "Running":
+            gs = self.runtime.state.get(uid)
+            if gs == "failed":
+                self._vmi_status(vmi, "Failed", drop_conditions=("Ready",))
+                self.api.event(vmi, "Warning", "Stopped", "The VirtualMachineInstance crashed.",
+                               "virt-handler")
+            elif gs == "succeeded":
+                self._vmi_status(vmi, "Succeeded", drop_conditions=("Ready", "AgentConnected"))
+                self.api.event(vmi, "Normal", "Stopped", "The VirtualMachineInstance was shut "
+                               "down.", "virt-handler")
+            elif gs == "running" and uid in self.runtime.agent_info and \
+                    (get_condition(vmi, "AgentConnected") or {}).get("status") != "True":
+                info = self.runtime.agent_info[uid] or {}
+                os_info = {k: v for k, v in (
+                    ("id", info.get("id")), ("name", info.get("name")),
+                    ("prettyName", info.get("pretty-name")), ("version", info.get("version")),
+                    ("versionId", info.get("version-id")),
+                    ("kernelRelease", info.get("kernel-release")),
+                    ("kernelVersion", info.get("kernel-version")),
+                    ("machine", info.get("machine"))) if v}
+                ifs = [dict(i, infoSource="domain, guest-agent")
+                       for i in dig(vmi, "status", "interfaces") or []]
+                self._vmi_status(vmi, conditions=[cond("AgentConnected", "True")],
+                                 guestOSInfo=os_info, interfaces=ifs)
+
+    def _userdata(self, vmi):
+        ns = vmi["metadata"].get("namespace")
+        for v in dig(vmi, "spec", "volumes") or []:
+            ci = v.get("cloudInitNoCloud") or v.get("cloudInitConfigDrive")
+            if not isinstance(ci, dict):
+                continue
+            ref = dig(ci, "secretRef", "name")
+            if ref:
+                s = self.store.get("secrets", ns, ref)
+                data = (s or {}).get("data") or {}
+                for k in ("userdata", "userData"):
+                    if k in data:
+                        return base64.b64decode(data[k])
+                return None
+            if ci.get("userData"):
+                return ci["userData"].encode()
+            if ci.get("userDataBase64"):
+                return base64.b64decode(ci["userDataBase64"])
+        return None
+
+    def _disk(self, vmi):
+        ns = vmi["metadata"].get("namespace")
+        for v in dig(vmi, "spec", "volumes") or []:
+            if v.get("containerDisk"):
+                return {"kind": "containerDisk", "image": v["containerDisk"].get("image")}
+            claim = dig(v, "ephemeral", "persistentVolumeClaim", "claimName")
+            if claim:
+                return {"kind": "ephemeral", "claimName": claim,
+                        "pvc": self.store.get("persistentvolumeclaims", ns, claim)}
+            dvn = dig(v, "dataVolume", "name")
+            if dvn:
+                return {"kind": "dataVolume", "name": dvn,
+                        "pvc": self.store.get("persistentvolumeclaims", ns, dvn)}
+            claim = dig(v, "persistentVolumeClaim", "claimName")
+            if claim:
+                return {"kind": "persistentVolumeClaim", "claimName": claim,
+                        "pvc": self.store.get("persistentvolumeclaims", ns, claim)}
+        return {}
+
+    def _start_domain(self, vmi, pod):
+        """Start the VMI's guest (off the store lock, on the runtime's workers)."""
+        md = vmi["metadata"]
+        uid = md["uid"]
+        if uid in self.runtime.state:
+            return
+        spec = vmi.get("spec") or {}
+        ip = self.ips.get(uid)
+        cls = self.sim.guest_class
+        kw = dict(name=md["name"], workdir=self.sim.guest_dir(md.get("namespace"), md["name"], uid),
+                  userdata=self._userdata(vmi), ip=ip,
+                  memory_mib=mem_request(spec) // MI or 1024,
+                  cpus=int(dig(spec, "domain", "cpu", "cores") or 1), disk=self._disk(vmi),
+                  boot_delay=self.profile.delay("guest_boot"),
+                  hostname=spec.get("hostname") or md["name"], log=self.sim.log)
+        if getattr(cls, "kind", "") == "process":
+            kw["hide"] = [self.sim.state_dir]
+        if getattr(cls, "kind", "") == "qemu":
+            # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
+            kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
+                      image_dir=getattr(self.sim.args, "guest_image_dir", None))
+        self.runtime.start(uid, cls, kw, f"{md.get('namespace')}/{md['name']}")
+
+    def agent_probe_loop(self):
+        """KubeVirt's AgentConnected: poll each running real guest's QEMU guest
+        agent until it answers (off the store lock; a probe may take a second)."""
+        rt = self.runtime
+        while not self.mgr.stopping:
+            time.sleep(1.0)
+            for uid, g in list(rt.guests.items()):
+                if rt.state.get(uid) != "running" or uid in rt.agent_info:
+                    continue
+                try:
+                    if not g.agent_connected(timeout=1.0):
+                        continue
+                    info = g.osinfo()
+                except Exception:  # noqa: BLE001 - not up yet, or going away
+                    continue
+                with self.store.lock:
+                    if rt.state.get(uid) == "running":
+                        rt.agent_info[uid] = info or {}
+                self.mgr.wake.set()

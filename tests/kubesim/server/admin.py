@@ -1,0 +1,145 @@
+"""The admin-only /_sim endpoints (faults, down/up, state, profile, stats,
+guests and exec in a guest, compact, tokens); see the README's table."""
+import json
+import threading
+import time
+
+import errors
+import guests
+import rbac
+from resources import BY_PLURAL
+
+
+class AdminEndpoints:
+    def sim_json(self):
+        b = self.body()
+        if not b.strip():
+            return {}
+        try:
+            return json.loads(b)
+        except ValueError as e:
+            raise errors.bad_request(f"json parse error: {e}") from None
+
+    def sim_endpoint(self, method, path, q):
+        sim = self.sim
+        parts = [p for p in path.split("/") if p][1:]
+        if parts == ["faults"]:
+            if method == "POST":
+                body = self.sim_json()
+                rules = body if isinstance(body, list) else [body]
+                added = [sim.faults.add(r) for r in rules]
+                return self.send_json(201, added[0] if len(added) == 1 else {"rules": added})
+            if method == "DELETE":
+                return self.send_json(200, {"cleared": sim.faults.clear()})
+            if method == "GET":
+                return self.send_json(200, {"rules": sim.faults.list(), "down": sim.faults.down})
+        elif parts == ["down"] and method == "POST":
+            sim.faults.down = True
+            with sim.store.cond:
+                sim.store.cond.notify_all()
+            return self.send_json(200, {"down": True})
+        elif parts == ["up"] and method == "POST":
+            sim.faults.down = False
+            return self.send_json(200, {"down": False})
+        elif parts == ["state"] and method == "GET":
+            with sim.store.lock:
+                want = q.get("resource")
+                out = {p: list(d.values()) for p, d in sim.store.objs.items()
+                       if not want or p == want}
+                rv = sim.store.current_rv()
+            return self.send_json(200, {"resourceVersion": rv, "objects": out,
+                                        "guests": guest_info(sim)})
+        elif parts == ["profile"]:
+            if method == "POST":
+                body = self.sim_json()
+                try:
+                    sim.profile.set(body.get("profile", sim.profile.name), body.get("time_scale"))
+                except ValueError as e:
+                    raise errors.bad_request(str(e)) from None
+            return self.send_json(200, sim.profile.describe())
+        elif parts == ["stats"] and method == "GET":
+            return self.send_json(200, stats(sim))
+        elif parts == ["guests"] and method == "GET":
+            return self.send_json(200, {"guests": guest_info(sim, rss=q.get("rss") in ("1", "true"))})
+        elif parts == ["compact"] and method == "POST":
+            sim.store.compact()
+            return self.send_json(200, {"compactedTo": sim.store.current_rv()})
+        elif parts == ["tokens"] and method == "POST":
+            body = self.sim_json()
+            if body.get("serviceAccount"):
+                ns, _, n = body["serviceAccount"].partition("/")
+                user = rbac.sa_user(ns, n)
+            elif body.get("user"):
+                user = rbac.User(body["user"], body.get("groups") or [])
+            else:
+                raise errors.bad_request("give user (and groups) or serviceAccount (ns/name)")
+            return self.send_json(201, {"token": sim.new_token(user), "user": user.name,
+                                        "groups": user.groups})
+        elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "exec" and method == "POST":
+            return self.guest_exec(parts[1], parts[2], self.sim_json())
+        raise errors.ApiError(404, f"no such simulator endpoint: {method} {path}", "NotFound", {})
+
+    def guest_exec(self, ns, name, body):
+        sim = self.sim
+        cmd = body.get("cmd")
+        if not isinstance(cmd, str):
+            raise errors.bad_request("cmd (a shell command string) is required")
+        timeout = float(body.get("timeout_s", 10))
+        with sim.store.lock:
+            vmi = sim.store.get("virtualmachineinstances", ns, name)
+            if vmi is None:
+                raise errors.not_found(BY_PLURAL["virtualmachineinstances"], name)
+            uid = vmi["metadata"]["uid"]
+        # a process guest is started just after its VMI turns Running: give a
+        # guest that is still starting a moment instead of a spurious 409
+        deadline = time.monotonic() + 10
+        while (sim.controllers.guest_state.get(uid) == "starting" and
+               time.monotonic() < deadline):
+            time.sleep(0.02)
+        g = sim.controllers.guests.get(uid)
+        if g is None or sim.controllers.guest_state.get(uid) != "running":
+            raise errors.ApiError(409, f"the guest of {ns}/{name} is not running", "Conflict")
+        try:
+            code, out, err = g.exec(cmd, timeout)
+        except NotImplementedError as e:
+            raise errors.ApiError(501, str(e), "NotImplemented") from None
+        return self.send_json(200, {"exit_code": code,
+                                    "stdout": out.decode("utf-8", "replace"),
+                                    "stderr": err.decode("utf-8", "replace")})
+
+
+def guest_info(sim, rss=False):
+    out = []
+    c = sim.controllers
+    for uid, state in list(c.guest_state.items()):
+        g = c.guests.get(uid)
+        key = sim.store.by_uid.get(uid)
+        d = {"uid": uid, "state": state, "ip": c.ips.get(uid),
+             "vmi": f"{key[1]}/{key[2]}" if key else None,
+             "workdir": getattr(g, "workdir", None), "kind": getattr(g, "kind", None)}
+        if getattr(g, "kind", None) == "qemu":
+            d.update(pid=g.pid, overlay=g.overlay_path, accel=g.accel,
+                     memory_mib=g.memory_mib, cpus=g.cpus, error=g.error)
+        if rss and g is not None:
+            try:
+                d["rss_bytes"] = g.rss()
+            except Exception:  # noqa: BLE001
+                d["rss_bytes"] = None
+        out.append(d)
+    return out
+
+
+def self_rss():
+    return guests.status_kb("self", "VmRSS") * 1024
+
+
+def stats(sim):
+    with sim.store.lock:
+        counts = {p: len(d) for p, d in sim.store.objs.items()}
+        rv = sim.store.current_rv()
+    return {"rss_bytes": self_rss(), "objects": counts, "resourceVersion": rv,
+            "requests": sim.requests, "threads": threading.active_count(),
+            "guests": sum(1 for s in sim.controllers.guest_state.values() if s == "running"),
+            "controller_passes": sim.controllers.passes,
+            "uptime_s": round(time.time() - sim.started, 3), "profile": sim.profile.describe()}
+

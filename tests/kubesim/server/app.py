@@ -1,0 +1,238 @@
+"""The simulator's state and its HTTPS server: Sim (the store, the API
+server, RBAC, the controllers, tokens, faults; the bootstrap objects, the
+seeds and the state files) and the threaded TLS server the handlers run on."""
+import json
+import os
+import secrets
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+import time
+
+import apiserver
+import errors
+import rbac
+import util
+from controllers import Controllers
+from faults import Faults
+from guests import driver_class
+from profiles import Profile
+from resources import BY_PLURAL
+from schema import Validator
+from store import Store
+
+from .discovery import K8S_VERSION
+from .handlers import Handler
+from .httpio import Dropped
+
+BACKEND_SA = ("labs", "labvm-backend")
+
+
+# --------------------------------------------------------------------- Sim
+class Sim:
+    def __init__(self, args):
+        self.args = args
+        self.state_dir = os.path.abspath(args.state_dir)
+        self.log_lock = threading.Lock()
+        self.store = Store(history=args.watch_history)
+        self.validator = Validator()
+        self.authz = rbac.Authorizer(self.store)
+        self.api = apiserver.ApiServer(self.store, self.validator, self.authz,
+                                       owner_ref_enforcement="OwnerReferencesPermissionEnforcement"
+                                       in (args.admission or []))
+        self.profile = Profile(args.profile, args.time_scale)
+        self.faults = Faults()
+        self.tokens = {}
+        self.guest_class = driver_class(args.guest)
+        self.guest_net = self._guest_net(args.guest_net, args.port)
+        # what a node reserves per VMI beyond its memory (KubeVirt's launcher
+        # overhead) and how many VMIs a node takes (virt-handler's kvm device
+        # count): QEMU guests are real, so their node is this machine
+        self.launcher_overhead = args.launcher_overhead
+        self.guest_slots = args.max_guests
+        self.consoles = {}        # (ns, name) -> WsSession
+        self.console_lock = threading.Lock()
+        self.requests = 0
+        self.started = time.time()
+        self.controllers = Controllers(self)
+
+    @staticmethod
+    def _guest_net(spec, port):
+        if not spec:
+            # distinct for every port base this repository uses (16000..25000,
+            # 6443); never 127.0/127.1 (localhost). A taken address is skipped
+            # anyway (controllers/network.py), this just avoids the contention.
+            return (127, 2 + port % 254)
+        try:
+            a, b, c, d = spec.split("/")[0].split(".")
+            if int(a) != 127:
+                raise ValueError
+            return (127, int(b))
+        except ValueError:
+            raise SystemExit(f"kubesim: --guest-net must look like 127.A.0.0/16, not {spec!r}") \
+                from None
+
+    def log(self, msg):
+        with self.log_lock:
+            sys.stderr.write(f"kubesim: {msg.rstrip()}\n")
+            sys.stderr.flush()
+
+    def guest_dir(self, ns, name, uid):
+        return os.path.join(self.state_dir, "guests", f"{ns}.{name}.{uid[:8]}")
+
+    def user_for(self, token):
+        return self.tokens.get(token)
+
+    def new_token(self, user):
+        t = secrets.token_urlsafe(32)
+        self.tokens[t] = user
+        return t
+
+    # ---------------------------------------------------------------- bootstrap
+    def bootstrap(self):
+        admin = rbac.User("kubesim-admin", ["system:masters"])
+        self.admin_token = self.new_token(admin)
+        self.backend_token = self.new_token(rbac.sa_user(*BACKEND_SA))
+        for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            self.api.create(admin, BY_PLURAL["namespaces"], "", {"metadata": {"name": ns}})
+        for o in rbac.BUILTIN:
+            res = BY_PLURAL[o["kind"].lower() + "s"]
+            self.api.create(admin, res, "", util.deep(o))
+        for ns in ("default", "kube-system"):
+            self.api.create(admin, BY_PLURAL["serviceaccounts"], ns,
+                            {"metadata": {"name": "default", "namespace": ns}})
+        mem = self.args.node_memory
+        kvm = str(self.guest_slots) if self.guest_slots else "1k"
+        for i in range(1, self.args.nodes + 1):
+            name = f"node-{i}"
+            ip = f"127.{self.guest_net[1]}.255.{i}"
+            node = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {
+                        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", "kubevirt.io/schedulable": "true",
+                        "node-role.kubernetes.io/worker": ""}},
+                    "spec": {"podCIDR": f"10.244.{i}.0/24"},
+                    "status": {"capacity": {"cpu": str(self.args.node_cpus), "memory": mem,
+                                            "pods": "110", "devices.kubevirt.io/kvm": kvm,
+                                            "ephemeral-storage": "100Gi"},
+                               "allocatable": {"cpu": str(self.args.node_cpus), "memory": mem,
+                                               "pods": "110", "devices.kubevirt.io/kvm": kvm,
+                                               "ephemeral-storage": "100Gi"},
+                               "conditions": [{"type": "Ready", "status": "True",
+                                               "reason": "KubeletReady",
+                                               "message": "kubelet is posting ready status",
+                                               "lastHeartbeatTime": util.now_rfc3339(),
+                                               "lastTransitionTime": util.now_rfc3339()}],
+                               "addresses": [{"type": "InternalIP", "address": ip},
+                                             {"type": "Hostname", "address": name}],
+                               "nodeInfo": {"kubeletVersion": K8S_VERSION["gitVersion"],
+                                            "containerRuntimeVersion": "containerd://1.7.0",
+                                            "operatingSystem": "linux", "architecture": "amd64",
+                                            "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                            "kernelVersion": os.uname().release}}}
+            self.api.create(admin, BY_PLURAL["nodes"], "", node, keep_status=True)
+        docs = []
+        if self.args.rbac:
+            docs += load_docs(self.args.rbac)
+        for f in self.args.seed or []:
+            docs += load_docs(f)
+        # namespaces first, then the rest in file order
+        docs.sort(key=lambda d: 0 if d.get("kind") == "Namespace" else 1)
+        for d in docs:
+            ns = (d.get("metadata") or {}).get("namespace")
+            if ns and self.store.get("namespaces", "", ns) is None and d.get("kind") != "Namespace":
+                self.api.create(admin, BY_PLURAL["namespaces"], "", {"metadata": {"name": ns}})
+            self.seed(admin, d)
+
+    def seed(self, admin, d):
+        from resources import by_kind
+        res = by_kind(d.get("apiVersion", ""), d.get("kind", ""))
+        if res is None:
+            raise SystemExit(f"kubesim: seed object of unknown kind {d.get('apiVersion')}/"
+                             f"{d.get('kind')}")
+        ns = (d.get("metadata") or {}).get("namespace") or ("default" if res.namespaced else "")
+        if res.plural == "namespaces" and self.store.get("namespaces", "", d["metadata"]["name"]):
+            return
+        try:
+            self.api.create(admin, res, ns, util.deep(d), keep_status=True)
+        except errors.ApiError as e:
+            raise SystemExit(f"kubesim: seed {res.kind} {ns}/{(d.get('metadata') or {}).get('name')}: "
+                             f"{e.message}") from None
+
+    def write_state_files(self, url):
+        sd = self.state_dir
+
+        def w(name, text, mode=0o644):
+            p = os.path.join(sd, name)
+            tmp = p + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, p)
+        with open(self.ca_crt) as f:
+            w("ca.crt", f.read())
+        w("admin-token", self.admin_token + "\n")
+        w("backend-token", self.backend_token + "\n")
+        for name, tok, user in (("kubeconfig", self.admin_token, "kubesim-admin"),
+                                ("backend.kubeconfig", self.backend_token, "labvm-backend")):
+            w(name, f"""apiVersion: v1
+kind: Config
+clusters:
+- name: kubesim
+  cluster:
+    server: {url}
+    certificate-authority: {os.path.join(sd, 'ca.crt')}
+users:
+- name: {user}
+  user:
+    token: {tok}
+contexts:
+- name: kubesim
+  context: {{cluster: kubesim, user: {user}, namespace: labs}}
+current-context: kubesim
+""")
+        w("ready", url + "\n")
+
+
+def load_docs(path):
+    import yaml
+    with open(path) as f:
+        text = f.read()
+    docs = []
+    if path.endswith(".json"):
+        d = json.loads(text)
+        docs = d if isinstance(d, list) else [d]
+    else:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    out = []
+    for d in docs:
+        if isinstance(d, dict) and d.get("kind", "").endswith("List") and "items" in d:
+            out.extend(d["items"])
+        elif isinstance(d, dict):
+            out.append(d)
+    return out
+
+
+
+class TLSServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, ssl.SSLError, socket.timeout, OSError, Dropped)):
+            return
+        super().handle_error(request, client_address)
+
+
+def serve(sim, ctx):
+    Handler.sim = sim
+    srv = TLSServer((sim.args.host, sim.args.port), Handler, bind_and_activate=False)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True, do_handshake_on_connect=False)
+    srv.server_bind()
+    srv.server_activate()
+    return srv
+

@@ -1,0 +1,165 @@
+"""The command line (see the kubesim script): the options, the QEMU guest
+image when `--guest qemu`, start-up (state dir, certificates, bootstrap,
+the server, the controllers, the guest health thread, the state files) and
+shutdown on SIGTERM/SIGINT (guests first)."""
+import argparse
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+
+from .app import Sim, serve
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/kubesim
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="kubesim", description="A Kubernetes + KubeVirt + CDI API "
+                                 "simulator with real guests (labvm's test cluster).")
+    ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--port", type=int, default=6443)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--profile", default="fast", choices=["fast", "realistic"])
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--guest", default="process", choices=["process", "qemu", "none"])
+    ap.add_argument("--guest-net", default=None,
+                    help="127.A.0.0/16 (default 127.(20 + port %% 200).0.0/16)")
+    ap.add_argument("--rbac", default=None,
+                    help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
+    ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
+    ap.add_argument("--seed", action="append", default=[])
+    ap.add_argument("--nodes", type=int, default=None,
+                    help="default 4; 1 with --guest qemu (the node is this machine)")
+    ap.add_argument("--node-memory", default=None,
+                    help="default 32Gi; with --guest qemu this machine's memory less 1 GiB")
+    ap.add_argument("--node-cpus", type=int, default=None,
+                    help="default 16; with --guest qemu this machine's CPUs")
+    ap.add_argument("--max-guests", type=int, default=None,
+                    help="VMIs a node runs at once (its devices.kubevirt.io/kvm); default "
+                         "1000, with --guest qemu under TCG the node's CPUs")
+    ap.add_argument("--guest-image-dir", default=None,
+                    help="--guest qemu: the image folder (default .cache/guest-image, "
+                         "built at start when missing or stale)")
+    ap.add_argument("--watch-history", type=int, default=5000,
+                    help="events kept for watches; older resourceVersions get 410 Expired")
+    ap.add_argument("--admission", action="append", default=[],
+                    help="extra admission plugins: OwnerReferencesPermissionEnforcement")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    if a.rbac is None and not a.no_rbac:
+        d = os.path.join(REPO, "conf", "k8s", "rbac.yaml")
+        a.rbac = d if os.path.exists(d) else None
+    if a.no_rbac:
+        a.rbac = None
+    if a.time_scale <= 0:
+        ap.error("--time-scale must be > 0")
+    if a.guest == "qemu":
+        import qemu_guest
+        cap = qemu_guest.node_capacity()
+        a.accel = qemu_guest.accelerator()
+        defaults = {"nodes": 1, "node_memory": f"{cap['memory_mib']}Mi", "node_cpus": cap["cpus"],
+                    "max_guests": cap["cpus"] if a.accel == "tcg" else 0}
+        a.launcher_overhead = qemu_guest.host_overhead_mib(accel=a.accel) * 2**20
+    else:
+        a.accel = None
+        defaults = {"nodes": 4, "node_memory": "32Gi", "node_cpus": 16, "max_guests": 0}
+        a.launcher_overhead = 200 * 2**20
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.nodes < 1:
+        ap.error("--nodes must be >= 1")
+    if a.max_guests < 0:
+        ap.error("--max-guests must be >= 0 (0: no limit but memory)")
+    return a
+
+
+def prepare_qemu(args):
+    """--guest qemu: the tools and the guest image (built now when missing or
+    stale: about 80 s the first time, nothing when current)."""
+    import shutil
+    import qemu_guest
+    missing = [t for t in ("qemu-system-x86_64", "qemu-img", "cloud-localds")
+               if not shutil.which(t)]
+    if missing:
+        raise SystemExit(f"kubesim: --guest qemu needs {', '.join(missing)} (Debian packages "
+                         "qemu-system-x86 qemu-utils cloud-image-utils; tests/deps installs them)")
+    d = args.guest_image_dir or qemu_guest.DEFAULT_IMAGE_DIR
+    t0 = time.monotonic()
+    print(f"kubesim: guest image {d}: building when needed", file=sys.stderr, flush=True)
+    try:
+        qemu_guest.build_image(d, log=sys.stderr)
+    except qemu_guest.GuestError as e:
+        raise SystemExit(f"kubesim: {e}") from None
+    if not qemu_guest.image_ready(d):
+        raise SystemExit(f"kubesim: no guest image in {d} after the build")
+    args.guest_image_dir = d
+    print(f"kubesim: guest image ready after {time.monotonic() - t0:.1f} s; QEMU guests use "
+          f"{args.accel.upper()}, at most {args.max_guests or 'any number of'} at once per node, "
+          f"{args.launcher_overhead >> 20} MiB host overhead each", file=sys.stderr, flush=True)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.makedirs(args.state_dir, exist_ok=True)
+    sd = os.path.abspath(args.state_dir)
+    for f in ("ready",):
+        try:
+            os.unlink(os.path.join(sd, f))
+        except FileNotFoundError:
+            pass
+    import shutil
+    shutil.rmtree(os.path.join(sd, "guests"), ignore_errors=True)
+    os.makedirs(os.path.join(sd, "guests"), exist_ok=True)
+    if args.guest == "qemu":
+        prepare_qemu(args)
+    from tls import make_certs
+    sim = Sim(args)
+    sim.ca_crt, crt, key = make_certs(sd, args.host)
+    sim.bootstrap()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    ctx.set_alpn_protocols(["http/1.1"])
+    try:
+        srv = serve(sim, ctx)
+    except OSError as e:
+        raise SystemExit(f"kubesim: cannot listen on {args.host}:{args.port}: {e}") from None
+    sim.controllers.start()
+
+    def health():
+        while True:
+            time.sleep(0.3)
+            try:
+                sim.controllers.check_guests()
+            except Exception:  # noqa: BLE001
+                pass
+    threading.Thread(target=health, daemon=True, name="guest-health").start()
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
+                         name="http")
+    t.start()
+    host = args.host if ":" not in args.host else f"[{args.host}]"
+    url = f"https://{host}:{args.port}"
+    sim.write_state_files(url)
+    print(f"kubesim: ready {url}", flush=True)
+
+    done = threading.Event()
+
+    def on_signal(signum, frame):
+        done.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not done.wait(1):
+        pass
+    sim.log("stopping: guests first")
+    threading.Thread(target=srv.shutdown, daemon=True).start()
+    sim.controllers.stop_all()
+    try:
+        os.unlink(os.path.join(sd, "ready"))
+    except OSError:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
