@@ -248,6 +248,31 @@ static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct db flusher_db;
 static char *flusher_env;
 
+static int pending(void)
+{
+	int any = 0;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < NSLOTS && !any; i++)
+		any = slots[i].used && slots[i].count;
+	pthread_mutex_unlock(&mu);
+	return any;
+}
+
+/* The flusher's connection is not a worker's: it says so (application_name
+ * labvm-metrics; db.c names every connection "labvm" when it connects). */
+static void flusher_connect(void)
+{
+	static int named_pid;
+	if (db_ensure(&flusher_db) < 0)
+		return;
+	int pid = PQbackendPID(flusher_db.conn);
+	if (pid != named_pid) {
+		PGresult *r = PQexec(flusher_db.conn, "SET application_name = 'labvm-metrics'");
+		PQclear(r);
+		named_pid = pid;
+	}
+}
+
 static void *flusher_main(void *arg)
 {
 	(void)arg;
@@ -258,7 +283,10 @@ static void *flusher_main(void *arg)
 		until.tv_sec += METRICS_FLUSH_S;
 		pthread_cond_timedwait(&flusher_cv, &flusher_mu, &until);
 		pthread_mutex_unlock(&flusher_mu);
-		metrics_flush(&flusher_db, flusher_env);
+		if (pending()) {
+			flusher_connect();
+			metrics_flush(&flusher_db, flusher_env);
+		}
 		pthread_mutex_lock(&flusher_mu);
 	}
 	pthread_mutex_unlock(&flusher_mu);
