@@ -249,8 +249,7 @@ enum hres api_metrics(struct req *r)
 	double t0 = util_mono_s();
 
 	if (!api_is_operator(x->cfg, r->user)) {
-		resp_error(r, E_FORBIDDEN,
-		           "the metrics are for operators (labvm.conf operators)");
+		resp_error(r, E_FORBIDDEN, "the metrics are for operators (labvm.conf operators)");
 		return H_DONE;
 	}
 	/* this process's latest calls too, not only what its flusher wrote */

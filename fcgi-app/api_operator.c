@@ -177,8 +177,7 @@ enum hres api_operator_end(struct req *r)
 	if (session_active(&s)) {
 		if (session_finish(r->x, &s, SESSION_ENDED, "operator", NULL) < 0) {
 			session_free(&s);
-			resp_error(r, E_DB_UNAVAILABLE,
-			           "the database is unavailable: try again");
+			resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again");
 			return H_DONE;
 		}
 		log_info("operator %s ended session %s of user %s (lesson %s)", r->user, s.id,
