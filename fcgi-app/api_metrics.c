@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "api.h"
+#include "httpc.h"
 #include "jsonx.h"
 #include "kube.h"
 #include "log.h"
@@ -227,6 +230,64 @@ static void capacity(struct req *r, struct buf *b)
 	free(path);
 }
 
+/* This host's console bridge (GET /console-stats on console_listen, a
+ * local-only path): consoles live in labvm-console, one per host, so these
+ * gauges are the answering host's, labelled with it. */
+static void console_bridge(struct req *r, struct buf *b)
+{
+	const char *l = r->x->cfg->console_listen;
+	const char *colon = strrchr(l, ':');
+	char host[160], me[128], lab[320];
+	size_t hl = colon ? (size_t)(colon - l) : 0;
+	snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), l);
+	if (!host[0] || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0)
+		snprintf(host, sizeof host, "127.0.0.1");
+	else if (strcmp(host, "[::]") == 0)
+		snprintf(host, sizeof host, "[::1]");
+	char *url = xasprintf("http://%s%s/console-stats", host, colon ? colon : ":7682");
+	if (gethostname(me, sizeof me) != 0)
+		snprintf(me, sizeof me, "localhost");
+	me[sizeof me - 1] = '\0';
+	char esc[160];
+	metrics_escape(esc, sizeof esc, me);
+	snprintf(lab, sizeof lab, "host=\"%s\"", esc);
+
+	CURL *h = curl_easy_init();
+	struct buf body = {0};
+	char msg[256];
+	struct httpc_req rq = {.method = "GET",
+	                       .url = url,
+	                       .connect_timeout_ms = 500,
+	                       .timeout_ms = 1000,
+	                       .max_body = 1 << 20,
+	                       .no_proxy = 1};
+	long code = h ? httpc_call(h, &rq, &body, msg, sizeof msg) : 0;
+	cJSON *o = code == 200 ? httpc_json(&body) : NULL;
+	family_head(b, "labvm_console_bridge_up", "gauge",
+	            "1 when this host's labvm-console answered (console_listen).");
+	buf_printf(b, "labvm_console_bridge_up{%s} %d\n", lab, o != NULL);
+	static const struct {
+		const char *key, *name, *help;
+	} g[] = {{"browsers", "labvm_console_connections",
+	          "Browser console connections (WebSockets) on this host's labvm-console."},
+	         {"sessions", "labvm_console_sessions",
+	          "Sessions with a console on this host's labvm-console."},
+	         {"upstreams_open", "labvm_console_upstreams_open",
+	          "Open upstream serial consoles (KubeVirt) of this host's labvm-console."}};
+	for (size_t i = 0; o && i < sizeof g / sizeof g[0]; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, g[i].key);
+		if (!cJSON_IsNumber(v))
+			continue;
+		family_head(b, g[i].name, "gauge", g[i].help);
+		buf_printf(b, "%s{%s} %.0f\n", g[i].name, lab, v->valuedouble);
+	}
+	cJSON_Delete(o);
+	buf_free(&body);
+	if (h)
+		curl_easy_cleanup(h);
+	free(url);
+}
+
 static void resp_text(struct req *r, int status, const struct buf *b)
 {
 	r->status = status;
@@ -284,6 +345,7 @@ enum hres api_metrics(struct req *r)
 		return api_db_error(r);
 	}
 	capacity(r, &b);
+	console_bridge(r, &b);
 	family_head(&b, "labvm_metrics_scrape_duration_seconds", "gauge",
 	            "How long this answer took to compute.");
 	buf_printf(&b, "labvm_metrics_scrape_duration_seconds %.6f\n", util_mono_s() - t0);

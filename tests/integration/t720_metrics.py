@@ -11,6 +11,8 @@ parsed with prometheus_client's own parser and checked against what the
 suite did (as differences between a scrape before and one after).
 timeout: 300
 """
+import asyncio
+import base64
 import os
 import re
 import subprocess
@@ -18,6 +20,7 @@ import sys
 import time
 import urllib.parse
 
+import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -121,6 +124,20 @@ def total(smp, name, **labels):
     return sum(v for (n, ls), v in smp.items() if n == name and want <= set(ls))
 
 
+async def with_console(url, user, fn):
+    """Run fn() while a console WebSocket is open (through the stack's front end)."""
+    base = ENV.get("LABVM_LIGHTTPD_URL") or ENV["LABVM_URL"]
+    cred = base64.b64encode(f"{user}:{ENV.get('LABVM_PASSWORD', 'labvm')}".encode()).decode()
+    ws = await websockets.connect(base.replace("http://", "ws://") + url, subprotocols=["labvm-console.v1"],
+                                  extra_headers={"Authorization": f"Basic {cred}"}, open_timeout=10,
+                                  ping_interval=None, close_timeout=2)
+    try:
+        await asyncio.sleep(0.5)
+        return fn()
+    finally:
+        await ws.close()
+
+
 conf = None
 try:
     conf = up()
@@ -186,6 +203,7 @@ def format_ok():
     t.eq(val(smp, "labvm_vm_capacity_limit"), float(re.search(r"^vm_capacity = (\d+)", open(conf).read(),
                                                               re.M).group(1)), "capacity limit from labvm.conf")
     t.eq(val(smp, "labvm_cluster_up"), 1.0, "the cluster answered")
+    t.eq(total(smp, "labvm_console_bridge_up"), 1.0, "this host's console bridge answered")
 
 
 @t.test(name="values match what the suite did, with requests spread over two processes")
@@ -211,6 +229,12 @@ def values():
          val(before, "labvm_sessions", state="ready", runtime="vm"), 1.0, "one more ready session")
     for _ in range(2):
         t.eq(a.ticket(sid).status, 200, "console ticket")
+    r = a.ticket(sid)
+    t.require(r.status == 200, f"console ticket: {r}")
+    during = asyncio.run(with_console(r.json["url"], STUDENT, lambda: samples(scrape()[1])))
+    t.ok(total(during, "labvm_console_connections") >= 1, "the open console is counted",
+         total(during, "labvm_console_connections"))
+    t.ok(total(during, "labvm_console_sessions") >= 1, "its session has a console")
     t.eq(a.end(sid).status, 200, "end")
     time.sleep(6.5)   # both processes' flusher threads ran
     scrapes = [samples(scrape()[1]) for _ in range(4)]   # round-robin: both processes answer
@@ -219,7 +243,7 @@ def values():
     t.eq(d("labvm_session_starts_total", lesson=LESSON, runtime="vm"), 1.0, "starts +1")
     t.eq(d("labvm_start_refusals_total", reason="session_exists"), 1.0, "refusal session_exists +1")
     t.eq(d("labvm_start_refusals_total", reason="unknown_lesson"), 1.0, "refusal unknown_lesson +1")
-    t.eq(d("labvm_console_tickets_total"), 2.0, "console tickets +2")
+    t.eq(d("labvm_console_tickets_total"), 3.0, "console tickets +3")
     t.eq(d("labvm_sessions", state="ended", runtime="vm"), 1.0, "ended sessions +1")
     disk = (s.get("disk") or {}).get("source") or "containerdisk"
     for stage in ("running", "ready"):
