@@ -163,8 +163,9 @@ class ProcessGuest:
     kind = "process"
 
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
-                 boot_delay=0.0, env=None, hostname=None, log=None, hide=()):
+                 boot_delay=0.0, env=None, hostname=None, log=None, hide=(), net=None):
         self.name = name
+        self.net = net            # podnet.PodNetwork: the guest gets its own network namespace
         self.workdir = workdir
         self.userdata = userdata
         self.ip = ip
@@ -173,7 +174,10 @@ class ProcessGuest:
         self.disk = disk or {}
         self.boot_delay = boot_delay
         self.hostname = (hostname or name)[:63]
-        self.env = {"LABVM_AGENT_LISTEN": f"{ip}:{AGENT_PORT}"}
+        # on the pod network the agent listens on its normal address inside
+        # the guest's own network namespace; without it, on the guest's own
+        # loopback address
+        self.env = {"LABVM_AGENT_LISTEN": f"{'0.0.0.0' if net else ip}:{AGENT_PORT}"}
         self.env.update(env or {})
         self.log = log or (lambda m: None)
         self.hide = [h for h in hide if h]
@@ -213,8 +217,9 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
 """
         plan = cloudinit.plan(self.userdata, self.hostname, dict(self.env))
         plan["boot_delay"] = self.boot_delay
-        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid",
-                "--fork", "--kill-child", "/bin/sh", "-c", setup, "guest-setup", init_src]
+        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid"] + \
+            (["--net"] if self.net else []) + \
+            ["--fork", "--kill-child", "/bin/sh", "-c", setup, "guest-setup", init_src]
         logf = open(os.path.join(self.workdir, "guest.log"), "ab")
         self.started_at = time.monotonic()
 
@@ -224,6 +229,16 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                                     env={"PATH": GUEST_PATH, "LANG": "C.UTF-8"})
         self.proc = spawner().call(spawn)
         logf.close()
+        if self.net:
+            # the guest's eth0, before its init reads the plan (cloud-init has a network)
+            pid = self._init()
+            try:
+                if not pid:
+                    raise GuestError("no init process")
+                self.net.attach(pid, self.ip, self)
+            except Exception as e:  # noqa: BLE001
+                self.stop()
+                raise GuestError(f"guest {self.name}: no network: {e}") from None
         try:
             self.proc.stdin.write(json.dumps(plan).encode())
             self.proc.stdin.close()
@@ -274,7 +289,8 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
             raise GuestError("guest is not running")
         if wd and argv[:2] == ["/usr/bin/env", "-i"]:
             argv = argv[:2] + ["-C", wd] + argv[2:]   # chdir inside the guest's root
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--"] + argv
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w"] + \
+            (["-n"] if self.net else []) + ["--"] + argv
 
     def _guest_env(self, extra=None):
         e = {"PATH": GUEST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root",
@@ -491,6 +507,8 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                 except OSError:
                     pass
         self.master = None
+        if self.net:
+            self.net.detach(self.ip, self)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ---------------------------------------------------------------- stats

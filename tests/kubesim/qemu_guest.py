@@ -186,7 +186,7 @@ class QemuGuest:
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
                  boot_delay=0.0, env=None, hostname=None, log=None,
                  agent_port=GUEST_AGENT_PORT, image_dir=None, accel=None, append_extra="",
-                 instance_id=None, **_ignored):
+                 instance_id=None, net=None, **_ignored):
         # boot_delay: a real guest takes the time it takes. env: the process
         # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
         # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
@@ -200,6 +200,11 @@ class QemuGuest:
         self.workdir = os.path.abspath(workdir)
         self.userdata = userdata.encode() if isinstance(userdata, str) else bytes(userdata or b"")
         self.ip = ip
+        # podnet.PodNetwork: QEMU runs in the pod's own network namespace, on
+        # the pod network at ip; user networking inside it forwards the pod's
+        # 8899 to the guest and masquerades the guest's traffic behind the pod
+        # address (KubeVirt's masquerade binding), so NetworkPolicy applies
+        self.net = net
         self.agent_port = int(agent_port)
         self.requested = (memory_mib, cpus)
         self.memory_mib, self.cpus = clamp(memory_mib, cpus)
@@ -310,7 +315,8 @@ class QemuGuest:
         with open(self._p("qemu.cmd"), "w") as f:
             f.write(" ".join(_shq(a) for a in cmd) + "\n")
         logf = open(self.log_path, "ab")
-        argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + cmd
+        argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + \
+            (["unshare", "--net", "--"] if self.net else []) + cmd
         try:
             self.proc = _spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
@@ -321,6 +327,12 @@ class QemuGuest:
             logf.close()
         self.started_at = time.monotonic()
         _LIVE.add(self)
+        if self.net:
+            try:
+                self.net.attach(self.net.wait_own_netns(self.proc.pid), self.ip, self)
+            except Exception as e:  # noqa: BLE001
+                self._kill()
+                raise GuestError(f"{self.name}: no pod network: {e}") from None
         self.log(f"{self.name}: qemu pid {self.proc.pid} ({self.accel}, {self.cpus} vCPU, "
                  f"{self.memory_mib} MiB, agent {self.ip}:{self.agent_port})")
         self._wake_r, self._wake_w = socket.socketpair()
@@ -362,7 +374,8 @@ class QemuGuest:
                 "-drive", f"file={self.overlay_path},format=qcow2,if=virtio,cache=unsafe,discard=unmap",
                 "-drive", f"file={self.seed_path},format=raw,if=virtio,readonly=on",
                 "-netdev", f"user,id=n0,hostname={self.hostname},"
-                           f"hostfwd=tcp:{self.ip}:{self.agent_port}-:{GUEST_AGENT_PORT}",
+                           f"hostfwd=tcp:{'0.0.0.0' if self.net else self.ip}:"
+                           f"{self.agent_port}-:{GUEST_AGENT_PORT}",
                 "-device", "virtio-net-pci,netdev=n0,romfile=",
                 "-device", "virtio-rng-pci",
                 "-chardev", f"socket,id=ser0,path={self._sock('serial.sock')},server=on,wait=off",
@@ -705,6 +718,8 @@ class QemuGuest:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
+        if self.net:
+            self.net.detach(self.ip, self)
         if first:
             self._wake()
             for t in self._threads:
