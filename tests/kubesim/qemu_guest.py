@@ -13,9 +13,12 @@ the image that `tests/kubesim/guest-image/build` makes (raw ext4 `base.img`,
   KubeVirt's cloudInitNoCloud attaches it, with meta-data `instance-id` and
   `local-hostname` = the VMI name;
 - user-mode networking (the guest is 10.0.2.15, as behind KubeVirt's
-  masquerade binding) with the host's `ip:agent_port` forwarded to the guest's
-  port 8899, so the agent answers on the VMI's loopback address exactly as on a
-  pod IP;
+  masquerade binding): with `net` (the simulator's pod network) QEMU runs in
+  the pod's own network namespace, whose eth0 has the pod IP, and forwards
+  0.0.0.0:agent_port there to the guest's 8899 while the guest's own traffic
+  leaves from the pod IP (so NetworkPolicy applies to the VM); without `net`
+  (direct use, tests/qemu/t900) the host's `ip:agent_port` (a loopback
+  address) is forwarded instead;
 - the serial port (ttyS0) on a unix socket that this object holds from boot
   on; `console()` hands out one end of a socketpair carrying raw bytes both
   ways (KubeVirt's `plain.kubevirt.io` stream). One client at a time: a new
