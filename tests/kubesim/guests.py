@@ -7,7 +7,7 @@ in by implementing the same class shape; the simulator picks the driver with
 
     class Driver:
         def __init__(self, name, workdir, userdata, ip, memory_mib, cpus, disk,
-                     boot_delay=0.0, env=None, hostname=None, log=None): ...
+                     boot_delay=0.0, env=None, hostname=None, log=None, net=None): ...
             name        the VMI name ("<namespace>/<name>" is not used: one
                         simulator serves names unique per namespace; the
                         simulator passes "<ns>.<name>" style unique names in
@@ -17,9 +17,15 @@ in by implementing the same class shape; the simulator picks the driver with
                         logs, sockets); the driver may remove it in stop()
             userdata    bytes: the NoCloud user-data (from the Secret's key
                         `userdata` or `userData`, or inline), or None
-            ip          the guest's own loopback address ("127.A.B.C"), also
-                        reported as the VMI's ipAddress; every guest process
-                        gets LABVM_AGENT_LISTEN=<ip>:8899 in its environment
+            ip          the pod's address, also reported as the VMI's
+                        ipAddress
+            net         the simulator's pod network (podnet.PodNetwork): the
+                        driver runs the guest in a network namespace of its
+                        own and attaches it there with ip (net.attach), and
+                        detaches it in stop(); every process guest process gets
+                        LABVM_AGENT_LISTEN=0.0.0.0:8899. Without net (direct
+                        use: bench.py, tests/qemu/t900) ip is a loopback
+                        address of the host the agent listens on
             memory_mib, cpus   from the VMI's domain (requests / cpu cores)
             disk        {"kind": "containerDisk", "image": "..."} |
                         {"kind": "ephemeral", "claimName": "...", "pvc": {...}} |

@@ -11,7 +11,8 @@
     scheduler.py         the default scheduler (memory, devices.kubevirt.io/kvm, selectors)
     gc.py                the garbage collector (ownerReferences, Foreground, Orphan)
     runtime.py           the node's guest runtime (guest drivers on worker threads)
-    network.py           the guests' addresses (127.A.x.y)
+    network.py           the pods' addresses (the pod CIDR)
+    netpol.py            NetworkPolicy enforcement (nftables, podnet.py)
     base.py              the Controller base class, conditions, owner references
 
 Level-triggered: one thread (Controllers) runs every controller's
@@ -50,7 +51,7 @@ class Controllers:
         self.stopping = False
         self.passes = 0
         self.pods_by_owner = {}    # per pass: controller uid -> pod
-        self.ipam = Ipam(sim.guest_net, sim.podnet.pool if sim.podnet else None)
+        self.ipam = Ipam(sim.podnet.pool)
         self.runtime = GuestRuntime(sim, self.ipam, self.wake)
         # what the server shows (/_sim/guests, the console, exec)
         self.guests = self.runtime.guests

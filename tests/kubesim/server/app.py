@@ -64,9 +64,8 @@ class Sim:
     @staticmethod
     def _guest_net(spec, port):
         if not spec:
-            # distinct for every port base this repository uses (16000..25000,
-            # 6443); never 127.0/127.1 (localhost). A taken address is skipped
-            # anyway (controllers/network.py), this just avoids the contention.
+            # the nodes' InternalIP addresses (127.A.255.N; nothing listens
+            # there): distinct per port, never 127.0/127.1 (localhost)
             return (127, 2 + port % 254)
         try:
             a, b, c, d = spec.split("/")[0].split(".")

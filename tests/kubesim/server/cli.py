@@ -26,7 +26,8 @@ def parse_args(argv):
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--guest", default="process", choices=["process", "qemu", "none"])
     ap.add_argument("--guest-net", default=None,
-                    help="127.A.0.0/16 (default 127.(20 + port %% 200).0.0/16)")
+                    help="127.A.0.0/16: the nodes' InternalIP addresses (127.A.255.N; default "
+                         "127.(2 + port %% 254)); guests are on the pod network (--pod-cidr)")
     ap.add_argument("--pod-cidr", default=None,
                     help="the pod network (a /24; default 10.(port >> 8).(port & 255).0/24)")
     ap.add_argument("--backend-pod", default=None, metavar="FILE",
