@@ -93,6 +93,8 @@ class PodNetwork:
         self.owners = {}           # ip -> who attached it (a guest)
         self.policy = ""           # the NetworkPolicy chains (controllers/netpol.py)
         self.node_is_pod = False   # the node address is a Pod's (--backend-pod): policed
+        self.known = set()         # pod addresses the applied policy chains were rendered for
+        self.policed = False       # a NetworkPolicy controller feeds set_policy
         self.applied = None
 
     # ------------------------------------------------------------ set-up
@@ -204,6 +206,10 @@ ip addr add {ip}/{self.net.prefixlen} dev eth0
 ip link set eth0 up
 ip route add default via {self.gw}
 """)
+        import time
+        deadline = time.monotonic() + 5
+        while self.policed and ip not in self.known and time.monotonic() < deadline:
+            time.sleep(0.01)
         with self.lock:
             in_ns(self.cluster.pid, f"""
 ip link set {port} master br0
@@ -227,8 +233,12 @@ ip neigh del {ip} dev br0 2>/dev/null || true
                       f"ip neigh del {ip} dev br0 2>/dev/null || true", check=False)
                 self._apply_locked()
 
-    def set_policy(self, text, node_is_pod=False):
+    def set_policy(self, text, node_is_pod=False, known=()):
+        """The NetworkPolicy chains, rendered for the pods whose addresses are
+        `known`; attach() waits until its pod's address is among them, so that
+        no guest is ever on the network before the policies that select it."""
         with self.lock:
+            self.known = set(known)
             if (text, node_is_pod) != (self.policy, self.node_is_pod):
                 self.policy, self.node_is_pod = text, node_is_pod
                 self._apply_locked()

@@ -51,13 +51,15 @@ class NetworkPolicyController(Controller):
         self.pending = None
         self.cv = threading.Condition()
         self.node_is_pod = False
+        self.known = set()
         if self.podnet is not None:
+            self.podnet.policed = True
             threading.Thread(target=self._applier, name="netpol-apply", daemon=True).start()
 
     def reconcile(self, store):
         if self.podnet is None:
             return
-        text = (self.render(store), self.node_is_pod)
+        text = (self.render(store), self.node_is_pod, frozenset(self.known))
         if text != self.last:
             self.last = text
             with self.cv:
@@ -89,6 +91,7 @@ class NetworkPolicyController(Controller):
             except ValueError:
                 continue
             pods.append((p, ip))
+        self.known = {ip for _, ip in pods}
         self.node_is_pod = any(ip == self.podnet.node_ip for _, ip in pods)
         nslabels = {n["metadata"]["name"]: n["metadata"].get("labels") or {}
                     for n in store.list("namespaces")}
@@ -148,9 +151,18 @@ class NetworkPolicyController(Controller):
     def _peer(peer, addr, ns, pods, nslabels):
         blk = peer.get("ipBlock")
         if blk:
-            m = f"ip {addr} {blk['cidr']}"
-            if blk.get("except"):
-                m += f" ip {addr} != {{ {', '.join(blk['except'])} }}"
+            # pods are IPv4 only: an IPv6 block matches nothing; host bits are masked
+            try:
+                cidr = ipaddress.ip_network(blk["cidr"], strict=False)
+                exc = [ipaddress.ip_network(e, strict=False) for e in blk.get("except") or []]
+            except (KeyError, ValueError):
+                return []
+            if cidr.version != 4:
+                return []
+            m = f"ip {addr} {cidr}"
+            exc = [str(e) for e in exc if e.version == 4]
+            if exc:
+                m += f" ip {addr} != {{ {', '.join(exc)} }}"
             return [m]
         psel, nsel = peer.get("podSelector"), peer.get("namespaceSelector")
         ips = []
