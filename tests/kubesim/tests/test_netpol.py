@@ -5,6 +5,7 @@ c in `other` (labelled team=x), each serving TCP 8899, 8080 and an echo on
 7000; the stand-in internet host serves 80 (timeout: 240)."""
 import base64
 import socket
+import time
 
 from simlib import NS, Sim, cloud_config, secret, vm, wait_for, wait_running
 from tap import T
@@ -72,6 +73,8 @@ UD = cloud_config(["nohup python3 /opt/servers.py >/var/log/servers.log 2>&1 &"]
 
 def vmi_ip(name, ns=NS):
     r = A.get(f"/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}")
+    if r.status != 200:
+        return None
     return ((r.json.get("status") or {}).get("interfaces") or [{}])[0].get("ipAddress")
 
 
@@ -101,7 +104,7 @@ def host_probe(ip, port):
 
 
 def expect(src, dst, port, want, what):
-    ip = INTERNET if dst == "internet" else IP[dst]
+    ip = INTERNET if dst == "internet" else IP.get(dst) or vmi_ip(dst)
     fn = (lambda: host_probe(ip, port)) if src == "host" else (lambda: probe(src, ip, port))
     try:
         got = wait_for(lambda: fn() == want and want, 6, interval=0.2, what=what)
@@ -255,6 +258,30 @@ def tampering_root_is_contained():
     sim.exec("b", "ip addr flush dev eth0; ip addr add %s/24 dev eth0; "
              "ip route add default via %s" % (IP["a"], IP["a"].rsplit(".", 1)[0] + ".1"))
     expect("b", "c", 8080, "timeout", "nor does taking a's address")
+
+
+@t.test
+def a_new_guest_is_never_reachable_before_its_policy():
+    # the policy exists first; from the moment the new guest has an address
+    # until its servers run, a (no egress policy of its own left) never gets in
+    A.delete(NP.format(NS) + "/a-out")
+    A.delete(NP.format(NS) + "/a-out-c")
+    policy("d-deny", {"podSelector": {"matchLabels": {"role": "d"}}, "policyTypes": ["Ingress"]})
+    c, o = A.post(f"/api/v1/namespaces/{NS}/secrets", secret("d", UD))
+    assert c == 201, o
+    c, o = A.post(f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines",
+                  vm("d", "d", labels={"role": "d"}, disk="container"))
+    assert c == 201, o
+    ip = wait_for(lambda: vmi_ip("d"), 20, what="d's address")
+    seen = set()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        seen.add(probe("a", ip, 8899))
+        if sim.exec("d", "test -e /tmp/servers-up")["exit_code"] == 0:
+            break
+    seen.add(probe("a", ip, 8899))
+    t.ok("open" not in seen and "refused" in seen, "refused, never open", seen)
+    expect("host", "d", 8899, "open", "while its servers run (the node gets in)")
 
 
 @t.test
