@@ -66,6 +66,8 @@ static const struct cfg_key keys[] = {
     I(capacity_lock_timeout_ms, "5000", 100, 600000),
     I(db_idle_tx_timeout_s, "60", 2, 3600),
     S(console_user_from, "forwarded"),
+    S(operators, ""),
+    S(log_format, "text"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -169,6 +171,10 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		return -1;
 	}
 	log_set_level(lv);
+	if (log_set_format(c->log_format) < 0) {
+		snprintf(err, errlen, "log_format: '%s' is not one of text, json", c->log_format);
+		return -1;
+	}
 	return 0;
 }
 

@@ -6,11 +6,11 @@ one readiness probe per session is in flight; a per-user start rate limit."""
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 
 from fcgiclient import LabFcgi
+from guestproc import listener_pid
 from labtest import Api, Db, Kube, reset_world, wait_until
 from tap import T
 
@@ -23,13 +23,7 @@ reset_world(kube, db)
 def agent_pid(sid):
     """Host PID of the guest agent listening on the session's VMI address."""
     ip = db.one("SELECT ip FROM session_vms WHERE session_id = %s", sid)[0]
-
-    def find():
-        out = subprocess.run(["ss", "-Hltnp", f"src {ip}:8899"], capture_output=True,
-                             text=True).stdout
-        m = re.search(r"pid=(\d+)", out)
-        return int(m.group(1)) if m else None
-    return wait_until(find, 20, 0.1, f"the agent listening on {ip}:8899")
+    return wait_until(lambda: listener_pid(ip), 20, 0.1, f"the agent listening on {ip}:8899")
 
 
 def agent_ms(resp):

@@ -5,10 +5,9 @@ was restarted (runStrategy Always: a new VMI, a new address) is graded at
 its new address; an old address reused by another student's VMI never
 receives this session's token."""
 import os
-import re
 import signal
-import subprocess
 
+from guestproc import guest_init, listener_pid
 from labtest import Api, Db, Kube, reset_world, wait_until
 from tap import T
 
@@ -20,24 +19,6 @@ reset_world(kube, db)
 
 def row(sid):
     return db.one("SELECT ip, vmi_uid FROM session_vms WHERE session_id = %s", sid)
-
-
-def listener(ip):
-    out = subprocess.run(["ss", "-Hltnp", f"src {ip}:8899"], capture_output=True,
-                         text=True).stdout
-    m = re.search(r"pid=(\d+)", out)
-    return int(m.group(1)) if m else None
-
-
-def guest_init(pid):
-    """The host PID of PID 1 of the guest pid namespace pid lives in."""
-    while pid > 1:
-        with open(f"/proc/{pid}/status") as f:
-            st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
-        if st["NSpid"].split()[-1] == "1":
-            return pid
-        pid = int(st["PPid"])
-    raise AssertionError("no guest init found")
 
 
 def ready_lab(user):
@@ -58,7 +39,7 @@ def crash_guest(s):
     VMI for the VM (runStrategy Always). Returns the new VMI once Running."""
     old = vmi(s)
     ip = old["status"]["interfaces"][0]["ipAddress"]
-    pid = wait_until(lambda: listener(ip), 20, 0.1, "the agent listening")
+    pid = wait_until(lambda: listener_pid(ip), 20, 0.1, "the agent listening")
     os.kill(guest_init(pid), signal.SIGKILL)
 
     def new_running():
@@ -72,7 +53,7 @@ def crash_guest(s):
         return None
     new = wait_until(new_running, 60, 0.2, "a new VMI Running")
     nip = new["status"]["interfaces"][0]["ipAddress"]
-    wait_until(lambda: listener(nip), 30, 0.1, "the new guest's agent listening")
+    wait_until(lambda: listener_pid(nip), 30, 0.1, "the new guest's agent listening")
     return old, new
 
 

@@ -64,9 +64,8 @@ class AdminEndpoints:
         elif parts == ["ipam"] and method == "POST":
             body = self.sim_json()
             nxt = body.get("next")
-            if nxt is not None and not (isinstance(nxt, str) and nxt.startswith(
-                    "%d.%d." % tuple(sim.controllers.ipam.base))):
-                raise errors.bad_request("next must be an address of the guest network")
+            if nxt is not None and nxt not in sim.controllers.ipam.pool:
+                raise errors.bad_request("next must be an address of the pod network")
             with sim.store.lock:
                 sim.controllers.ipam.give_next = nxt
             return self.send_json(200, {"next": nxt})
