@@ -7,15 +7,30 @@ import os
 import socket
 
 
+def _has_address(pid, ip):
+    """The network namespace of pid has ip as a local address (fib_trie)."""
+    try:
+        with open(f"/proc/{pid}/net/fib_trie") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return any(ln.strip() == f"|-- {ip}" and i + 1 < len(lines) and
+               "/32 host LOCAL" in lines[i + 1] for i, ln in enumerate(lines))
+
+
 def _listen_inodes(pid, ip, port):
-    want = f"{socket.inet_aton(ip)[::-1].hex().upper()}:{port:04X}"
+    mine = f"{socket.inet_aton(ip)[::-1].hex().upper()}:{port:04X}"
+    anyaddr = f"00000000:{port:04X}"
     out = set()
     try:
         with open(f"/proc/{pid}/net/tcp") as f:
             next(f)
             for line in f:
                 p = line.split()
-                if p[1] == want and p[3] == "0A":
+                if p[3] != "0A":
+                    continue
+                # bound to the address, or to any address of a namespace that has it
+                if p[1] == mine or (p[1] == anyaddr and _has_address(pid, ip)):
                     out.add(p[9])
     except OSError:
         pass
