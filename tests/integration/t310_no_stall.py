@@ -64,7 +64,12 @@ def probe_single_flight():
         os.kill(pid, signal.SIGCONT)
     t.ok(all(r.status == 200 for r in res), "every poll answered 200", [r.status for r in res])
     probes = [agent_ms(r) for r in res]
-    t.eq(sum(1 for ms in probes if ms > 0), 1, "exactly one poll probed the agent", probes)
+    # one probe at a time (each waits 1.5 s for the frozen agent): of six polls
+    # sent at once, the first probes and the others answer at once; a poll the
+    # loaded machine delivers after that probe ended may probe again
+    n = sum(1 for ms in probes if ms > 0)
+    t.ok(1 <= n <= 2 and len(probes) - n >= 4,
+         "one probe at a time: the other polls did not probe", probes)
     t.ok(all(r.json["stage"] == "setting_up" for r in res), "the others said setting_up")
     go(s)
     api.wait_state(s["id"], "ready", 30)
