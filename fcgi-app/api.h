@@ -25,6 +25,7 @@ enum route_needs {
 	NEED_ADVANCED = 1 << 4, /* ... moved on first (readiness, deadlines; session_advance) */
 	NEED_READY = 1 << 5,    /* ... advanced and ready, with a VM (409 not_ready) */
 	NEED_AGENT = 1 << 6,    /* ... and the VM's address is known (409 not_ready) */
+	NEED_OPERATOR = 1 << 7, /* REMOTE_USER is one of the configured operators (403) */
 };
 
 typedef enum hres (*handler_fn)(struct req *r);
@@ -39,6 +40,9 @@ enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
+enum hres api_operator_pool_get(struct req *r);
+enum hres api_operator_pool_warm(struct req *r);
+enum hres api_operator_pool_cancel(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

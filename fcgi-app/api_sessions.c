@@ -4,6 +4,7 @@
  *
  *   1. pg_advisory_xact_lock on the user      -> a double click yields one session
  *   2. an open session?                       -> 409 session_exists, naming it
+ *   2b. a ready VM of the lesson's warm pool? -> claim it (pool.c): ready at once
  *   3. golden disk usable?                    -> else containerDisk, reason recorded
  *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
  *      (a cluster already full is refused before queueing for the lock)
@@ -31,6 +32,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "pool.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -60,6 +62,7 @@ struct start {
 	char token[65]; /* the agent's bearer token: secret */
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
+	int claimed;      /* a warm pool VM was claimed (2b): nothing to submit */
 	enum api_err err; /* a refusal, answered after the way back */
 	cJSON *answer;
 };
@@ -223,6 +226,16 @@ static enum step admit(struct req *r, struct start *st)
 		return STEP_REFUSED;
 	}
 
+	/* 2b: a ready pool VM of this lesson (pool.c); it already holds its
+	 * seat, so a claim needs no capacity count */
+	int pc = pool_claim(x, st->lesson, r->user, r->t_wall, st->sid);
+	if (pc == POOL_DBERR)
+		return STEP_DB;
+	if (pc == POOL_CLAIMED) {
+		st->claimed = 1;
+		return STEP_OK;
+	}
+
 	/* 3: the golden disk, or the silent fallback */
 	st->disk = st->lesson->disk;
 	if (st->disk == DISK_GOLDEN) {
@@ -307,8 +320,30 @@ enum hres api_session_create(struct req *r)
 	if (parse_start(r, &st) < 0)
 		return H_DONE;
 	enum step rc = admit(r, &st);
-	if (rc == STEP_OK)
+	if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL) {
+		/* students first: an idle pool VM gives its seat, admission once more */
+		db_rollback(&x->db);
+		int y = pool_yield(x, st.lesson->id);
+		if (y < 0)
+			return api_db_error(r);
+		if (y > 0) {
+			cJSON_Delete(st.answer);
+			st.answer = NULL;
+			st.err = 0;
+			buf_reset(&r->headers); /* the refusal's Retry-After */
+			rc = admit(r, &st);
+		}
+	}
+	if (rc == STEP_OK && st.claimed) {
+		if (db_commit(&x->db) < 0) {
+			log_err("user %s: database failed after claiming a pool VM: %s", r->user,
+			        x->db.msg);
+			rc = refuse(&st, E_DB_UNAVAILABLE,
+			            "the database is unavailable: try again shortly");
+		}
+	} else if (rc == STEP_OK) {
 		rc = submission(r, &st);
+	}
 	OPENSSL_cleanse(st.token, sizeof st.token);
 	if (rc != STEP_OK) {
 		/* the one way back: the cluster objects, then the transaction and its locks */
@@ -321,10 +356,11 @@ enum hres api_session_create(struct req *r)
 			resp_error_json(r, st.err, st.answer);
 		return h;
 	}
-	log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
-	         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
-	         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", st.in_use + 1,
-	         c->vm_capacity);
+	if (!st.claimed)
+		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
+		         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
+		         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "",
+		         st.in_use + 1, c->vm_capacity);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;

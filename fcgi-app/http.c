@@ -16,6 +16,7 @@ static const struct {
 } errors[] = {
     [E_BAD_REQUEST] = {"bad_request", 400},
     [E_UNAUTHENTICATED] = {"unauthenticated", 401},
+    [E_FORBIDDEN] = {"forbidden", 403},
     [E_NOT_FOUND] = {"not_found", 404},
     [E_NO_SESSION] = {"no_session", 404},
     [E_UNKNOWN_LESSON] = {"unknown_lesson", 404},

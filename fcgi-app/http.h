@@ -20,6 +20,7 @@ struct session;
 enum api_err {
 	E_BAD_REQUEST,            /* 400 bad_request */
 	E_UNAUTHENTICATED,        /* 401 unauthenticated */
+	E_FORBIDDEN,              /* 403 forbidden (operators only) */
 	E_NOT_FOUND,              /* 404 not_found */
 	E_NO_SESSION,             /* 404 no_session */
 	E_UNKNOWN_LESSON,         /* 404 unknown_lesson (start) */

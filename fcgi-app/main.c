@@ -24,6 +24,7 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "pool.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -72,6 +73,7 @@ static void *worker(void *arg)
 		log_request(&r, &x);
 		req_reset(&r);
 		FCGX_Finish_r(&fr);
+		pool_after_request(&x); /* a claim's replacement, after the answer went out */
 	}
 	FCGX_Free(&fr, 1);
 	labctx_cleanup(&x);

@@ -34,6 +34,11 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
+    {"GET", "/api/operator/pool", api_operator_pool_get, NEED_USER | NEED_OPERATOR, NULL},
+    {"POST", "/api/operator/pool", api_operator_pool_warm,
+     NEED_USER | NEED_OPERATOR | NEED_JSON, NULL},
+    {"DELETE", "/api/operator/pool/*", api_operator_pool_cancel, NEED_USER | NEED_OPERATOR,
+     NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -119,6 +124,10 @@ static enum hres run(struct req *r, const struct route *rt)
 {
 	if ((rt->needs & NEED_USER) && !r->user) {
 		resp_error(r, E_UNAUTHENTICATED, "no authenticated user (REMOTE_USER)");
+		return H_DONE;
+	}
+	if ((rt->needs & NEED_OPERATOR) && !cfg_is_operator(r->x->cfg, r->user)) {
+		resp_error(r, E_FORBIDDEN, "this is for operators only");
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {

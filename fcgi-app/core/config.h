@@ -36,11 +36,15 @@ struct cfg {
 	int console_linger_s; /* keep a console's upstream open this long after its last browser */
 	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
+	int pool_max_age_s;    /* a pool VM older than this is replaced */
+	int pool_yield_wait_s; /* a cold start waits this long for a yielded pool seat */
+	int pool_yield_hold_s; /* the pool does not grow this long after yielding a seat */
+	char *operators;       /* user names, comma-separated */
 	char *log_level;
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
-		char *lab_session, *session_id, *environment, *lesson, *image;
+		char *lab_session, *session_id, *environment, *lesson, *image, *pool, *lesson_hash;
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */
@@ -56,6 +60,8 @@ enum cfg_needs {
 int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
 /* Path of the config file: $LABVM_CONF or the default. */
 const char *cfg_path(void);
+/* Is user one of the configured operators? */
+int cfg_is_operator(const struct cfg *c, const char *user);
 void cfg_free(struct cfg *c);
 
 #endif

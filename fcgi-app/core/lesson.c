@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/sha.h>
 
 #include "util.h"
 
@@ -138,8 +139,19 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	    get_int(o, "cpus", 1, 1, 64, &l->cpus, err, errlen) < 0 ||
 	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) <
 	        0 ||
-	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0)
+	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0 ||
+	    get_int(o, "warm", 0, 0, 1000, &l->warm, err, errlen) < 0)
 		goto fail;
+	if (l->warm && l->runtime != RUNTIME_VM) {
+		snprintf(err, errlen, "\"warm\" is for VM lessons (runtime \"vm\")");
+		goto fail;
+	}
+	{
+		unsigned char md[SHA256_DIGEST_LENGTH];
+		SHA256((const unsigned char *)json, len, md);
+		for (int i = 0; i < 20; i++)
+			snprintf(l->hash + 2 * i, 3, "%02x", md[i]);
+	}
 	if (!l->memory)
 		l->memory = xstrdup("1Gi");
 	if (!match("^[1-9][0-9]*(Mi|Gi|Ti)$", l->memory)) {

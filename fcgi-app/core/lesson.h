@@ -41,6 +41,8 @@ struct lesson {
 	char *setup; /* shell script; NULL = nothing to set up */
 	struct grader_step *steps;
 	size_t nsteps;
+	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
 };
 
 struct lessons {

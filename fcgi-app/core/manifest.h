@@ -1,7 +1,8 @@
 /* manifest.h - the cluster objects of a lab session, built with cJSON.
  *
  * Every object carries the labels <prefix>/lab-session: "true",
- * <prefix>/session-id, <prefix>/environment and <prefix>/lesson; the VM's
+ * <prefix>/session-id (a pool VM: <prefix>/pool and <prefix>/lesson-hash
+ * instead), <prefix>/environment and <prefix>/lesson; the VM's
  * template carries them too, so they reach the VMI and the virt-launcher pod.
  * tests/unit/test_manifest.c validates every manifest this file can produce
  * against KubeVirt's OpenAPI schema. */
@@ -18,6 +19,9 @@ struct lab_names {
 	char vm[64];     /* "lab-" + the session id without dashes */
 	char secret[64]; /* vm + "-cloudinit" */
 	char disk[64];   /* vm + "-disk" (DataVolume, disk source datavolume) */
+	/* a pool VM (pool.c): labelled <prefix>/pool = the lesson and
+	 * <prefix>/lesson-hash = this instead of <prefix>/session-id */
+	char pool_hash[41];
 };
 
 /* Names derived from a session id (a UUID). */

@@ -109,7 +109,7 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
                       struct session *s)
 {
 	char *sql =
-	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
+	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
 	PGresult *r = db_exec(&x->db, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -143,6 +143,7 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	s->t_expires = num(r, 23);
 	s->t_now = num(r, 24);
 	int bad = parse_vms(db_val(r, 0, 25), s) < 0;
+	s->pool_vm = dup_or_null(r, 26);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	PQclear(r);
 	if (bad || unknown) {
@@ -187,7 +188,7 @@ void session_free(struct session *s)
 	               s->created_at,  s->submitted_at, s->running_at,
 	               s->ready_at,    s->ended_at,     s->expires_at,
 	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at};
+	               s->graded_at,   s->pool_vm};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -217,6 +218,8 @@ cJSON *session_json(const struct session *s)
 	disk = jx_add_obj(o, "disk");
 	jx_add_str(disk, "source", s->disk_source);
 	jx_add_str(disk, "fallback_reason", s->fallback_reason);
+	/* started from a warm pool VM (ready at the press) */
+	jx_add_bool(o, "pool", s->pool_vm != NULL);
 	vms = jx_add_arr(o, "vms");
 	for (size_t i = 0; i < s->nvms; i++) {
 		cJSON *v = jx_obj();
