@@ -363,7 +363,7 @@ int bench_pool_run(struct opts *o, struct kube *k, const char *profile)
 			unwarm(&op, wid);
 		free(c.p);
 	}
-	char *path = xasprintf("%s/%s.json", o->out_dir, o->name ? o->name : "pool");
+	char *path = xasprintf("%s/%s-pool.json", o->out_dir, o->name ? o->name : "readiness");
 	if (bench_mkdirs(o->out_dir) == 0) {
 		FILE *f = fopen(path, "w");
 		char *s = jx_print(out);
