@@ -8,7 +8,6 @@ timeout: 900"""
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
