@@ -25,7 +25,6 @@ enum route_needs {
 	NEED_ADVANCED = 1 << 4, /* ... moved on first (readiness, deadlines; session_advance) */
 	NEED_READY = 1 << 5,    /* ... advanced and ready, with a VM (409 not_ready) */
 	NEED_AGENT = 1 << 6,    /* ... and the VM's address is known (409 not_ready) */
-	NEED_OPERATOR = 1 << 7, /* REMOTE_USER is one of the configured operators (403) */
 };
 
 typedef enum hres (*handler_fn)(struct req *r);
@@ -40,9 +39,16 @@ enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
-enum hres api_operator_pool_get(struct req *r);
-enum hres api_operator_pool_warm(struct req *r);
-enum hres api_operator_pool_cancel(struct req *r);
+enum hres api_tty_size(struct req *r);
+enum hres api_metrics(struct req *r);
+enum hres api_operator_overview(struct req *r);
+enum hres api_operator_end(struct req *r);
+/* After each answer: count the events the database cannot derive (api_metrics.c). */
+void api_metrics_request_done(struct req *r);
+/* the warm pool, for operators (api_pool.c) */
+enum hres api_pool_get(struct req *r);
+enum hres api_pool_warm(struct req *r);
+enum hres api_pool_cancel(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

@@ -185,6 +185,9 @@ void resp_json(struct req *r, int status, cJSON *body)
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
+	if (cJSON_IsString(ec))
+		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
 	             "Content-Type: application/json; charset=utf-8\r\n"

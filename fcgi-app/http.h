@@ -57,6 +57,7 @@ struct req {
 	struct buf headers;   /* extra response headers */
 	const char *route;    /* for the log line */
 	struct session *sess; /* the route's session (NEED_SESSION, NEED_CURRENT) */
+	char error[40];       /* the answer's "error" code, if any (metrics) */
 };
 
 void req_init(struct req *r, FCGX_Request *fr, struct labctx *x);

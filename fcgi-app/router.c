@@ -25,6 +25,9 @@ struct route {
 static const struct route routes[] = {
     {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
     {"GET", "/api/healthz", api_healthz, 0, NULL},
+    {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
+    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON, NULL},
     {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL},
     {"GET", "/api/sessions/current", api_session_get, NEED_USER | NEED_CURRENT | NEED_ADVANCED,
      NULL},
@@ -34,11 +37,11 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
-    {"GET", "/api/operator/pool", api_operator_pool_get, NEED_USER | NEED_OPERATOR, NULL},
-    {"POST", "/api/operator/pool", api_operator_pool_warm,
-     NEED_USER | NEED_OPERATOR | NEED_JSON, NULL},
-    {"DELETE", "/api/operator/pool/*", api_operator_pool_cancel, NEED_USER | NEED_OPERATOR,
-     NULL},
+    {"POST", "/api/sessions/*/tty-size", api_tty_size,
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
+    {"GET", "/api/operator/pool", api_pool_get, NEED_USER, NULL},
+    {"POST", "/api/operator/pool", api_pool_warm, NEED_USER | NEED_JSON, NULL},
+    {"DELETE", "/api/operator/pool/*", api_pool_cancel, NEED_USER, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -124,10 +127,6 @@ static enum hres run(struct req *r, const struct route *rt)
 {
 	if ((rt->needs & NEED_USER) && !r->user) {
 		resp_error(r, E_UNAUTHENTICATED, "no authenticated user (REMOTE_USER)");
-		return H_DONE;
-	}
-	if ((rt->needs & NEED_OPERATOR) && !cfg_is_operator(r->x->cfg, r->user)) {
-		resp_error(r, E_FORBIDDEN, "this is for operators only");
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {

@@ -62,8 +62,9 @@ static const struct cfg_key keys[] = {
     I(pool_max_age_s, "86400", 60, 30 * 86400),
     I(pool_yield_wait_s, "10", 0, 120),
     I(pool_yield_hold_s, "60", 0, 3600),
-    S(operators, ""),
     S(log_level, "info"),
+    S(operators, ""),
+    S(log_format, "text"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -136,6 +137,10 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		return -1;
 	}
 	log_set_level(lv);
+	if (log_set_format(c->log_format) < 0) {
+		snprintf(err, errlen, "log_format: '%s' is not one of text, json", c->log_format);
+		return -1;
+	}
 	return 0;
 }
 
@@ -158,21 +163,6 @@ static int load_ticket_key(struct cfg *c, char *err, size_t errlen)
 	}
 	c->ticket_key = (unsigned char *)k;
 	c->ticket_key_len = len;
-	return 0;
-}
-
-int cfg_is_operator(const struct cfg *c, const char *user)
-{
-	size_t n = user ? strlen(user) : 0;
-	const char *p = c->operators;
-	while (n && p && *p) {
-		while (*p == ',' || isspace((unsigned char)*p))
-			p++;
-		size_t m = strcspn(p, ", \t");
-		if (m == n && strncmp(p, user, n) == 0)
-			return 1;
-		p += m;
-	}
 	return 0;
 }
 

@@ -39,8 +39,10 @@ struct cfg {
 	int pool_max_age_s;    /* a pool VM older than this is replaced */
 	int pool_yield_wait_s; /* a cold start waits this long for a yielded pool seat */
 	int pool_yield_hold_s; /* the pool does not grow this long after yielding a seat */
-	char *operators;       /* user names, comma-separated */
 	char *log_level;
+	char *log_format; /* text | json (core/log.c) */
+	char
+	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
@@ -60,8 +62,7 @@ enum cfg_needs {
 int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
 /* Path of the config file: $LABVM_CONF or the default. */
 const char *cfg_path(void);
-/* Is user one of the configured operators? */
-int cfg_is_operator(const struct cfg *c, const char *user);
+
 void cfg_free(struct cfg *c);
 
 #endif
