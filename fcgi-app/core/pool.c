@@ -17,6 +17,7 @@
 #include "util.h"
 
 #define LOCK_CAPACITY "7302" /* the admission's capacity lock (sql/locks.md) */
+#define LOCK_POOL     "7304" /* one pool upkeep at a time per environment */
 #define CLAIM_TRIES   4
 #define CLAIM_AGENT_MS 1000 /* the claim's look at a pool VM's agent */
 
@@ -603,8 +604,15 @@ int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
 	size_t n = 0;
 	int rc = 0;
 
-	if (load_rows(x, only_lesson, &rows, &n) < 0)
+	/* one upkeep at a time (reaper, labvm-pool, after a claim, other hosts):
+	 * two at once would both fill the same gap */
+	const char *pe[1] = {x->cfg->environment};
+	if (db_cmd(&x->db, "SELECT pg_advisory_lock(" LOCK_POOL ", hashtext($1))", 1, pe) < 0)
 		return -1;
+	if (load_rows(x, only_lesson, &rows, &n) < 0) {
+		db_cmd(&x->db, "SELECT pg_advisory_unlock(" LOCK_POOL ", hashtext($1))", 1, pe);
+		return -1;
+	}
 	/* listed after the rows: every row's VM was made before this list */
 	cJSON *list = n ? cluster_pool_vms(x) : NULL;
 	if (n && !list) {
@@ -632,16 +640,13 @@ int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
 			continue;
 		}
 		if (!in_list(list, w->vm)) {
-			const char *p[1] = {w->vm};
-			if (db_cmd(&x->db,
-			           "UPDATE pool_vms SET state = 'deleted', deleted_at = "
-			           "clock_timestamp(), delete_reason = 'vanished' "
-			           "WHERE vm_name = $1 AND state IN ('starting', 'ready')",
-			           1, p) < 0)
+			/* gone, or claimed meanwhile (relabelled: no pool label any
+			 * more): retire() touches only a row that is still idle, so a
+			 * student's VM is never deleted here */
+			int d = retire(x, w->vm, w->secret, "vanished", NULL);
+			if (d < 0)
 				rc = -1;
-			delete_objects(x, w->vm, w->secret); /* its Secret, if any */
-			log_info("pool: VM %s vanished from the cluster", w->vm);
-			k->vanished++;
+			k->vanished += d > 0;
 			continue;
 		}
 		int st = w->ready ? 1 : check_starting(x, l, w, k);
@@ -708,6 +713,8 @@ out:
 		OPENSSL_cleanse(rows[i].token, sizeof rows[i].token);
 	free(rows);
 	cJSON_Delete(list);
+	if (db_cmd(&x->db, "SELECT pg_advisory_unlock(" LOCK_POOL ", hashtext($1))", 1, pe) < 0)
+		rc = -1;
 	return rc;
 }
 

@@ -195,6 +195,11 @@ def capacity_mixed():
                     "AND state IN ('starting', 'ready')", ENV)[0]
     t.ok(active + len(rows()) <= CAPACITY, "sessions plus idle pool VMs fit the capacity",
          (active, rows()))
+    names = {v["metadata"]["name"] for v in kube.lab_vms()}
+    mine = db.query("SELECT v.vm_name FROM sessions s JOIN session_vms v ON v.session_id = s.id "
+                    "WHERE s.environment = %s AND s.state IN ('starting', 'ready')", ENV)
+    t.eq([m[0] for m in mine if m[0] not in names], [],
+         "every student's VM is still there (the pool's upkeep never deletes a claimed VM)")
     for a, r in zip(apis, rs):
         if r.status == 201:
             a.end(r.json["id"])
@@ -277,9 +282,11 @@ def setup_fails():
         return failed >= 1
     wait_until(check, timeout=60, interval=0.3, what="the pool VM's setup failure seen")
     r = db.one("SELECT delete_reason, error FROM pool_vms WHERE lesson = 'broken-setup' "
-               "AND state = 'deleted' LIMIT 1")
+               "AND state = 'deleted' AND delete_reason = 'setup_failed' LIMIT 1")
     t.eq(r[0] if r else None, "setup_failed", "deleted with reason setup_failed")
     t.ok(r and "exit code 3" in (r[1] or ""), "the setup's exit code recorded", r)
+    t.eq(db.one("SELECT count(*) FROM pool_vms WHERE lesson = 'broken-setup' "
+                "AND ready_at IS NOT NULL"), (0,), "none of them was ever ready")
     g = OP.request("GET", "/api/operator/pool").json
     t.ok(any(x["lesson"] == "broken-setup" and x["failed"] >= 1 for x in g["lessons"]),
          "counted in the operators' view", g["lessons"])
