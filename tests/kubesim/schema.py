@@ -44,7 +44,10 @@ class SchemaError:
 
 
 class Swagger:
-    def __init__(self, path):
+    def __init__(self, path, defs=None):
+        if defs is not None:
+            self.defs = defs
+            return
         with open(path) as f:
             self.defs = json.load(f)["definitions"]
 
@@ -124,13 +127,16 @@ class Validator:
         self.kv = Swagger(os.path.join(ref, "kubevirt-swagger.json")) if ref else None
         self.cdi = Swagger(os.path.join(ref, "cdi-swagger.json")) if ref else None
         self.models = Models()
+        import multus
+        self.multus = Swagger(None, multus.NAD_DEFS)
 
     # ------------------------------------------------------------------
     def validate(self, res, obj):
         """Errors (list of SchemaError) of obj against res's schema."""
         errs = []
         if res.schema:
-            sw = self.cdi if res.group == "cdi.kubevirt.io" else self.kv
+            sw = self.cdi if res.group == "cdi.kubevirt.io" else \
+                self.multus if res.group == "k8s.cni.cncf.io" else self.kv
             if sw is None:
                 return errs
             self._sw(sw, sw.root(res.schema), obj, "", errs)
