@@ -349,24 +349,22 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	 * lesson's own steps, which go first in the grade */
 	if (parse_obj(o, l, !multi, err, errlen) < 0)
 		goto fail;
-	struct grader_step *own = NULL;
 	if (parse_machines(o, l, err, errlen) < 0)
 		goto fail;
-	own = l->steps;
-	size_t nown = l->nsteps;
+	/* the machines' own steps were collected first: the lesson's go in front */
+	struct grader_step *mine = l->steps;
+	size_t nmine = l->nsteps;
 	l->steps = NULL;
 	l->nsteps = 0;
-	if (parse_steps(cJSON_GetObjectItemCaseSensitive(o, "grader"), l, -1, err, errlen) < 0) {
-		l->steps = xrealloc(l->steps, (l->nsteps + nown + 1) * sizeof *l->steps);
-		memcpy(l->steps + l->nsteps, own, nown * sizeof *own);
-		l->nsteps += nown;
-		free(own);
-		goto fail;
+	int rc = parse_steps(cJSON_GetObjectItemCaseSensitive(o, "grader"), l, -1, err, errlen);
+	if (nmine) {
+		l->steps = xrealloc(l->steps, (l->nsteps + nmine + 1) * sizeof *l->steps);
+		memcpy(l->steps + l->nsteps, mine, nmine * sizeof *mine);
+		l->nsteps += nmine;
 	}
-	l->steps = xrealloc(l->steps, (l->nsteps + nown + 1) * sizeof *l->steps);
-	memcpy(l->steps + l->nsteps, own, nown * sizeof *own);
-	l->nsteps += nown;
-	free(own);
+	free(mine);
+	if (rc < 0)
+		goto fail;
 	cJSON_Delete(o);
 	return 0;
 fail:
