@@ -547,6 +547,13 @@ enum hres api_session_grade(struct req *r)
 		jx_add_str(e, "name", gs->name);
 		if (mname)
 			jx_add_str(e, "machine", mname);
+		if (gs->name_ja) {
+			cJSON *ja = jx_obj();
+			jx_add_str(ja, "name", gs->name_ja);
+			cJSON *i18n = jx_obj();
+			cJSON_AddItemToObject(i18n, "ja", ja);
+			cJSON_AddItemToObject(e, "i18n", i18n);
+		}
 		jx_add_bool(e, "passed", ok);
 		jx_add_str(e, "output", out);
 		if (cJSON_IsNumber(ec))
@@ -594,24 +601,32 @@ enum hres api_session_grade(struct req *r)
 
 /* ------------------------------------------------------------ console */
 
+/* The machine a console request is about: {"machine": NAME} in the body,
+ * without it the first. NULL when answered (400, 404). */
+static const struct session_vm *pick_machine(struct req *r, const struct session *s)
+{
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->json, "machine");
+	if (m && !cJSON_IsNull(m) && !cJSON_IsString(m)) {
+		resp_error(r, E_BAD_REQUEST, "\"machine\" must be a machine's name");
+		return NULL;
+	}
+	const char *mname = cJSON_IsString(m) ? m->valuestring : NULL;
+	const struct session_vm *vm = session_vm_find(s, mname);
+	if (!vm) {
+		resp_error(r, E_NOT_FOUND, "this session has no machine \"%.64s\"", mname);
+		return NULL;
+	}
+	return vm;
+}
+
 enum hres api_console_ticket(struct req *r)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
 	const struct session *s = r->sess; /* ready, with a VM (NEED_READY) */
-	const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->json, "machine");
-
-	/* {"machine": NAME} picks the machine; without it, the first */
-	if (m && !cJSON_IsNull(m) && !cJSON_IsString(m)) {
-		resp_error(r, E_BAD_REQUEST, "\"machine\" must be a machine's name");
+	const struct session_vm *vm = pick_machine(r, s);
+	if (!vm)
 		return H_DONE;
-	}
-	const char *mname = cJSON_IsString(m) ? m->valuestring : NULL;
-	const struct session_vm *vm = session_vm_find(s, mname);
-	if (!vm || (mname && *mname && !vm->machine)) {
-		resp_error(r, E_NOT_FOUND, "this session has no machine \"%.64s\"", mname);
-		return H_DONE;
-	}
 	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s->id, s->user, vm->name,
 	                      util_epoch_s() + c->ticket_ttl_s);
 	if (!t) {
@@ -627,6 +642,47 @@ enum hres api_console_ticket(struct req *r)
 	jx_add_num(o, "expires_in", c->ticket_ttl_s);
 	util_free_secret(url);
 	util_free_secret(t);
+	resp_json(r, 200, o);
+	return H_DONE;
+}
+
+/* The browser terminal's size for a VM's serial console: the guest agent sets
+ * it on the guest's console tty (a serial line has no size of its own; the
+ * kernel then signals the program in front). A Pod's exec stream takes its
+ * size on the console WebSocket instead. */
+enum hres api_tty_size(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
+	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(r->json, "cols");
+	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r->json, "rows");
+	if (!cJSON_IsNumber(cols) || !cJSON_IsNumber(rows) || cols->valuedouble != cols->valueint ||
+	    rows->valuedouble != rows->valueint || cols->valueint < 1 || cols->valueint > 1000 ||
+	    rows->valueint < 1 || rows->valueint > 1000) {
+		resp_error(r, E_BAD_REQUEST, "cols and rows must be integers in 1..1000");
+		return H_DONE;
+	}
+	const struct session_vm *vm = pick_machine(r, s);
+	if (!vm)
+		return H_DONE;
+	if (!vm->ip) {
+		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine has no address yet");
+		return H_DONE;
+	}
+	int rc = agent_tty_size(&x->agent, vm->ip, x->cfg->agent_port, vm->token, cols->valueint,
+	                        rows->valueint, x->cfg->agent_ready_timeout_ms);
+	if (rc < 0) {
+		log_warn("session %s: tty-size: %s", s->id, x->agent.msg);
+		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine's agent did not answer");
+		return H_DONE;
+	}
+	if (rc == 409) {
+		resp_error(r, E_NOT_READY, "the lab machine's serial console is not open yet");
+		return H_DONE;
+	}
+	cJSON *o = jx_obj();
+	jx_add_num(o, "cols", cols->valueint);
+	jx_add_num(o, "rows", rows->valueint);
 	resp_json(r, 200, o);
 	return H_DONE;
 }

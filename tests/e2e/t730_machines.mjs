@@ -107,6 +107,19 @@ async function main() {
       assert(cp.includes('on-cp') && !cp.includes('on-worker1'), 'cp\'s terminal kept its own text', cp.slice(-200));
     });
 
+    await step('each machine\'s serial console gets its own terminal\'s size', async () => {
+      await page.click('#tab-worker2');
+      const want = await page.evaluate(() => `${window.labvm.console.term.rows} ${window.labvm.console.term.cols}`);
+      let got = '';
+      for (let i = 0; i < 20 && got !== want; i++) {
+        await typeIn(page, 'worker2', 'echo "sz=$(stty size)="');
+        await new Promise((r) => setTimeout(r, 500));
+        const m = [...(await paneText(page, 'worker2')).matchAll(/sz=(\d+ \d+)=/g)];
+        got = m.length ? m[m.length - 1][1] : '';
+      }
+      assert(got === want, 'stty size in worker2 is its terminal\'s', [got, want]);
+    });
+
     await step('arrow keys move between the tabs', async () => {
       await page.focus('#tab-worker2');
       await page.keyboard.press('ArrowRight');

@@ -3,11 +3,12 @@
 agent's ready flag), honest failures at the deadlines, and grading through
 the agent."""
 import http.client
+import os
 import json
 import threading
 import time
 
-from labtest import Api, Db, Kube, reset_world, vm_of, wait_until
+from labtest import Api, Db, Kube, env, reset_world, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -180,6 +181,10 @@ def grading():
     t.eq(g["total"], 8, "8 steps")
     t.eq([x["passed"] for x in g["steps"]], [True, True] + [False] * 6, "before the work")
     t.ok(all(set(x) >= {"name", "passed", "output"} for x in g["steps"]), "step fields")
+    with open(os.path.join(env("LABVM_SRC"), "conf", "lessons", "linux-basics.json")) as f:
+        want_ja = [st["i18n"]["ja"]["name"] for st in json.load(f)["grader"]]
+    t.eq([(x.get("i18n") or {}).get("ja", {}).get("name") for x in g["steps"]], want_ja,
+         "each step carries the lesson's Japanese name")
     vm = vm_of(s)
     fix = ("echo hello > /root/hello.txt && chmod +x /root/lab/run.sh && "
            "chmod 600 /root/lab/secret.txt && mkdir -p /root/lab/out && /root/lab/run.sh")
