@@ -7,6 +7,10 @@
  * move between tabs; a single-machine lesson shows no tabs. The grade lists
  * which machine each step ran on (the step's output). */
 import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+
+const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
 const ENV = process.env;
 const BASE = ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL;
@@ -126,6 +130,20 @@ async function main() {
       const sel = await page.$eval('#machine-tabs [aria-selected="true"]', (b) => b.textContent);
       const foc = await page.evaluate(() => document.activeElement.id);
       assert(sel === 'cp' && foc === 'tab-cp', 'wraps to the first', [sel, foc]);
+    });
+
+    await step('axe: the lab view with its machine tabs (English, Japanese)', async () => {
+      await page.evaluate(AXE);
+      const out = [];
+      for (const l of ['ja', 'en']) {
+        await page.evaluate((x) => document.querySelector(`#lang-switch button[data-lang="${x}"]`).click(), l);
+        const v = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] }))
+          .violations.map((x) => `${x.id} (${x.impact}): ${x.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`));
+        out.push(...v.map((x) => `[${l}] ${x}`));
+      }
+      assert(out.length === 0, 'axe violations', out);
+      const label = await page.getAttribute('#terminal .term-pane[data-machine="worker1"] textarea', 'aria-label');
+      assert(label === 'Terminal of machine worker1', 'labels follow the language', label);
     });
 
     await step('grading shows every machine\'s steps', async () => {
