@@ -30,7 +30,7 @@ struct session_vm {
 	char *token; /* agent bearer token: secret, never in JSON or logs */
 	char *ip;
 	int deleted;
-	/* per machine (sql/003_machines.sql) */
+	/* per machine (sql/005_machines.sql) */
 	char *machine; /* the lesson's machine name; NULL for a single-machine lesson */
 	int stage;     /* enum session_stage */
 	char *running_at, *ready_at;

@@ -1,4 +1,4 @@
--- labvm migration 003: sessions of several machines (lessons with "machines")
+-- labvm migration 005: sessions of several machines (lessons with "machines")
 -- and the session network. Idempotent.
 --
 -- Each VM of a session has its own readiness (stage, running_at, ready_at),
