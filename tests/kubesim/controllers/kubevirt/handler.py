@@ -155,6 +155,24 @@ class VirtHandler(Controller):
             out.append(e)
         return out
 
+    def _session_nets(self, vmi):
+        """What the guest's secondary interfaces are (sessnet.py): per multus
+        network its NAD's bridge, the interface's MAC, the addresses of static
+        IPAM and of the guest's own cloud-init network data."""
+        ns = vmi["metadata"].get("namespace")
+        guest = multus.guest_network_data(self._networkdata(vmi))
+        out = []
+        for i, (name, itf, (nns, nname)) in enumerate(multus.vmi_multus(vmi)):
+            nad = self.store.get("network-attachment-definitions", nns or ns, nname)
+            conf, err = multus.cni_config(nad)
+            if err or conf.get("type") != "bridge":
+                continue        # the kubelet did not start the pod without it
+            mac = (itf.get("macAddress") or "").lower() or None
+            out.append({"key": nad["metadata"]["uid"], "bridge": multus.bridge_name(conf, nad),
+                        "ifname": f"eth{i + 1}", "mac": mac,
+                        "addresses": multus.static_ips(conf) + guest.get(mac or "", [])})
+        return out
+
     def _networkdata(self, vmi):
         ns = vmi["metadata"].get("namespace")
         for v in dig(vmi, "spec", "volumes") or []:
@@ -231,6 +249,9 @@ class VirtHandler(Controller):
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
             kw["net"] = self.sim.podnet
+            nets = self._session_nets(vmi)
+            if nets:
+                kw.update(session_nets=nets, sessnets=self.sim.sessnets)
         if getattr(cls, "kind", "") == "qemu":
             kw["net"] = self.sim.podnet
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
