@@ -1,5 +1,5 @@
 // timeout: 300
-/* t730: a session of several machines on the student page (Chromium,
+/* t735: a session of several machines on the student page (Chromium,
  * lighttpd): the lab view shows one tab per machine (a tablist, the first
  * selected); each tab's terminal is its own console session on that
  * machine (its own ticket naming the machine: `hostname` answers the
