@@ -138,11 +138,12 @@ static int insert_rows(struct req *r, const struct start *st)
 		                    v->fallback,
 		                    st->multi ? v->net.address : NULL,
 		                    ord};
-		if (db_cmd(&r->x->db,
-		           "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, "
-		           "machine, disk_source, disk_fallback_reason, net_ip, ord) "
-		           "VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9::int)",
-		           9, q) < 0)
+		if (db_cmd(
+		        &r->x->db,
+		        "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, "
+		        "machine, disk_source, disk_fallback_reason, net_ip, ord) "
+		        "VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9::int)",
+		        9, q) < 0)
 			return -1;
 	}
 	return 0;
@@ -248,8 +249,10 @@ static int submit(struct req *r, struct start *st, char *why, size_t whylen)
 		cJSON_Delete(nad);
 		free(path);
 		if (code != 201 && code != 200) {
-			snprintf(why, whylen, "creating the session network (NetworkAttachmentDefinition "
-			         "%s): %s", st->network, x->kube.msg);
+			snprintf(why, whylen,
+			         "creating the session network (NetworkAttachmentDefinition "
+			         "%s): %s",
+			         st->network, x->kube.msg);
 			return -1;
 		}
 		hosts = hosts_block(st);
@@ -346,8 +349,9 @@ static enum step admit(struct req *r, struct start *st)
 	}
 	if (st->in_use + need > c->vm_capacity) {
 		refuse(st, E_CAPACITY_FULL,
-		       need > 1 ? "not enough lab machines are free for this lesson: try again shortly"
-		                : "all lab machines are in use: try again shortly");
+		       need > 1
+		           ? "not enough lab machines are free for this lesson: try again shortly"
+		           : "all lab machines are in use: try again shortly");
 		jx_add_num(st->answer, "capacity", c->vm_capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
 		jx_add_num(st->answer, "seats", (double)need);
@@ -531,9 +535,10 @@ enum hres api_session_grade(struct req *r)
 			free(mpassed);
 			free(mtotal);
 			if (mname)
-				resp_error(r, E_AGENT_UNREACHABLE,
-				           "the grading agent in your machine %s did not answer (%s)",
-				           mname, why);
+				resp_error(
+				    r, E_AGENT_UNREACHABLE,
+				    "the grading agent in your machine %s did not answer (%s)",
+				    mname, why);
 			else
 				resp_error(r, E_AGENT_UNREACHABLE,
 				           "the grading agent in your VM did not answer (%s)", why);

@@ -255,7 +255,8 @@ static void check_one(const char *file, int *bad)
 					     strncmp(m->files[i].path, *r, rl - 1) == 0 &&
 					     m->files[i].path[rl - 1] == '\0'))
 						report(&c, 1,
-						       "%sfiles[%zu].path: \"%s\" is labvm's own (%s): "
+						       "%sfiles[%zu].path: \"%s\" is labvm's own "
+						       "(%s): "
 						       "choose another "
 						       "place, e.g. under /root/lab/",
 						       pre, i, m->files[i].path, *r);
@@ -281,8 +282,8 @@ static void check_one(const char *file, int *bad)
 			       l.nfiles, l.setup ? "a setup script" : "no setup", l.nsteps,
 			       l.running_timeout_s, l.ready_timeout_s);
 		if (!c.errors && l.nmachines)
-			printf("%s: %zu machines on a session network, %zu seats per session\n", file,
-			       l.nmachines, l.nmachines);
+			printf("%s: %zu machines on a session network, %zu seats per session\n",
+			       file, l.nmachines, l.nmachines);
 		lesson_free(&l);
 	}
 	unknown_keys(&c, o, "", top_keys);

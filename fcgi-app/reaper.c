@@ -228,9 +228,8 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 			if (o)
 				o->done = 1;
 		}
-		struct obj *o = s.network ? find_obj(nets, "network-attachment-definitions",
-		                                     s.network)
-		                          : NULL;
+		struct obj *o =
+		    s.network ? find_obj(nets, "network-attachment-definitions", s.network) : NULL;
 		if (o)
 			o->done = 1;
 	}
@@ -296,14 +295,14 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
 		const char *what = vm ? "VM" : net ? "NetworkAttachmentDefinition" : "Secret";
 		if (dry_run) {
-			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what, o->name,
-			       why, o->age_s);
+			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
+			       o->name, why, o->age_s);
 		} else {
 			char *path = kube_path(o->kind, c->namespace_, o->name);
 			if (kube_delete(&x->kube, path, "Background")) {
 				log_info("deleted %s %s: orphan (session %s %s, %.0fs old)", what,
-				         o->name,
-				         o->session_id ? o->session_id : "-", why, o->age_s);
+				         o->name, o->session_id ? o->session_id : "-", why,
+				         o->age_s);
 			} else {
 				log_warn("deleting %s %s failed: %s", what, o->name, x->kube.msg);
 				k->errors++;
@@ -421,8 +420,7 @@ out:
 	       "kept_young=%d errors=%d status=%s duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.kept_young, k.errors,
-	       rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
+	       k.kept_young, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)

@@ -108,8 +108,7 @@ static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err,
 static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t errlen);
 
 /* One lesson (or one machine's merged view of it) from its JSON object. */
-static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char *err,
-                     size_t errlen)
+static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char *err, size_t errlen)
 {
 	char *s = NULL;
 	const cJSON *a, *it;
@@ -235,8 +234,8 @@ static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err,
 		snprintf(err, errlen, "\"grader\" must be an array");
 		return -1;
 	}
-	l->steps = xrealloc(l->steps, (l->nsteps + (size_t)cJSON_GetArraySize(a) + 1) *
-	                                  sizeof *l->steps);
+	l->steps =
+	    xrealloc(l->steps, (l->nsteps + (size_t)cJSON_GetArraySize(a) + 1) * sizeof *l->steps);
 	cJSON_ArrayForEach(it, a)
 	{
 		struct grader_step *st = &l->steps[l->nsteps++];
@@ -249,8 +248,9 @@ static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err,
 		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0 ||
 		    get_str(it, "machine", 0, &mname, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
-				snprintf(err, errlen,
-				         "must be an object {\"name\", \"command\", \"timeout_s\"}");
+				snprintf(
+				    err, errlen,
+				    "must be an object {\"name\", \"command\", \"timeout_s\"}");
 			item_prefix(err, errlen, "grader", l->nsteps - 1);
 			return -1;
 		}
@@ -265,7 +265,8 @@ static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err,
 		} else {
 			int i = mname ? lesson_machine_index(l, mname) : 0;
 			if (i < 0) {
-				snprintf(err, errlen, "grader step \"%s\": there is no machine \"%.64s\"",
+				snprintf(err, errlen,
+				         "grader step \"%s\": there is no machine \"%.64s\"",
 				         st->name, mname);
 				free(mname);
 				return -1;

@@ -41,7 +41,9 @@ static unsigned hexbyte(const char *h)
 	unsigned v = 0;
 	for (int i = 0; i < 2; i++) {
 		char ch = h[i];
-		v = v * 16 + (unsigned)(ch >= 'a' ? ch - 'a' + 10 : ch >= 'A' ? ch - 'A' + 10 : ch - '0');
+		v = v * 16 + (unsigned)(ch >= 'a'   ? ch - 'a' + 10
+		                        : ch >= 'A' ? ch - 'A' + 10
+		                                    : ch - '0');
 	}
 	return v;
 }
@@ -94,9 +96,8 @@ cJSON *manifest_secret(const struct cfg *c, const struct lab_names *n, const str
 	return manifest_secret_net(c, n, l, userdata, NULL);
 }
 
-cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n,
-                           const struct lesson *l, const char *userdata,
-                           const char *networkdata)
+cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                           const char *userdata, const char *networkdata)
 {
 	cJSON *s = jx_obj(), *data;
 	char *b64 = util_b64(userdata, strlen(userdata));

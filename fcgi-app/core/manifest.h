@@ -31,9 +31,9 @@ void lab_names_for_machine(struct lab_names *n, const char *session_id, const ch
 
 /* A machine's place on the session network. */
 struct machine_net {
-	char mac_pod[18];  /* the pod-network interface's MAC ("default") */
-	char mac_net[18];  /* the session-network interface's MAC ("session") */
-	char address[24];  /* its static address, CIDR */
+	char mac_pod[18]; /* the pod-network interface's MAC ("default") */
+	char mac_net[18]; /* the session-network interface's MAC ("session") */
+	char address[24]; /* its static address, CIDR */
 };
 
 /* The session network's addresses: 10.<128 + a>.<b>.0/24 from the session id
@@ -48,9 +48,8 @@ cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *
  * network, the static address on the session network; malloc'd. */
 char *manifest_network_data(const struct machine_net *m);
 /* The Secret with the network data as well (key networkdata), when given. */
-cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n,
-                           const struct lesson *l, const char *userdata,
-                           const char *networkdata);
+cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                           const char *userdata, const char *networkdata);
 /* The VirtualMachine of a machine on the session network (m NULL: as manifest_vm). */
 cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
                        enum lesson_disk disk, const struct machine_net *m);

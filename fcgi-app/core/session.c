@@ -78,7 +78,7 @@ static double num(const PGresult *r, int c)
 #define SESSION_VMS                                                                                \
 	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "       \
 	"deleted_at IS NOT NULL, machine, stage, labvm_ts(running_at), labvm_ts(ready_at), "       \
-	"extract(epoch from running_at), disk_source, disk_fallback_reason, net_ip) "               \
+	"extract(epoch from running_at), disk_source, disk_fallback_reason, net_ip) "              \
 	"ORDER BY created_at, ord, vm_name), '[]') "                                               \
 	"FROM session_vms WHERE session_id = sessions.id)"
 
@@ -369,11 +369,11 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 
 /* Fail the session because of machine vm: the error names the stage (and,
  * in a session of several machines, the machine). */
-static int fail(struct labctx *x, struct session *s, const struct session_vm *vm,
-                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
+                ...) __attribute__((format(printf, 4, 5)));
 
-static int fail(struct labctx *x, struct session *s, const struct session_vm *vm,
-                const char *fmt, ...)
+static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
+                ...)
 {
 	va_list ap;
 	char msg[1024];
@@ -441,7 +441,8 @@ static const char *vmi_ip(const cJSON *vmi)
 	{
 		const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "name");
 		const cJSON *ip = cJSON_GetObjectItemCaseSensitive(it, "ipAddress");
-		if (cJSON_IsString(n) && strcmp(n->valuestring, "default") == 0 && cJSON_IsString(ip))
+		if (cJSON_IsString(n) && strcmp(n->valuestring, "default") == 0 &&
+		    cJSON_IsString(ip))
 			return ip->valuestring;
 	}
 	return kj_str(vmi, "status.interfaces.0.ipAddress");
@@ -552,8 +553,7 @@ static enum look advance_ready(struct labctx *x, struct session *s, struct sessi
 	} else if (overdue) {
 		frc = fail(x, s, vm,
 		           "the lab was not ready %d s after the VM started (agent: %s)%s%s",
-		           s->ready_timeout_s,
-		           st ? st : (vm->ip ? x->agent.msg : "no address yet"),
+		           s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
 		           tail && *tail ? ": " : "", tail ? tail : "");
 		rc = LOOK_FAILED;
 	}
@@ -612,7 +612,8 @@ static int advance_machines(struct labctx *x, struct session *s)
 		int running = vm->running_at || (s->nvms == 1 && s->running_at);
 		double t_running = vm->t_running ? vm->t_running : s->t_running;
 		if (!running) {
-			int overdue = s->t_submitted > 0 && now > s->t_submitted + s->running_timeout_s;
+			int overdue =
+			    s->t_submitted > 0 && now > s->t_submitted + s->running_timeout_s;
 			rc = advance_running(x, s, vm, overdue);
 			if (rc == LOOK_DBERR)
 				return -1;
@@ -646,23 +647,25 @@ static int advance_machines(struct labctx *x, struct session *s)
 	}
 	const char *p[1] = {s->id};
 	if (all_ready) {
-		if (db_cmd(&x->db,
-		           "UPDATE sessions SET running_at = coalesce(running_at, clock_timestamp()), "
-		           "ready_at = clock_timestamp(), state = 'ready', stage = 'ready', "
-		           /* the lesson's minutes count from the moment the lab is usable */
-		           "expires_at = clock_timestamp() + (expires_at - created_at) "
-		           "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
-		           1, p) < 0)
+		if (db_cmd(
+		        &x->db,
+		        "UPDATE sessions SET running_at = coalesce(running_at, clock_timestamp()), "
+		        "ready_at = clock_timestamp(), state = 'ready', stage = 'ready', "
+		        /* the lesson's minutes count from the moment the lab is usable */
+		        "expires_at = clock_timestamp() + (expires_at - created_at) "
+		        "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+		        1, p) < 0)
 			return -1;
 		return reload(x, s);
 	}
 	if (all_running) {
 		if (!s->running_at) {
-			if (db_cmd(&x->db,
-			           "UPDATE sessions SET running_at = clock_timestamp(), "
-			           "stage = 'setting_up' "
-			           "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
-			           1, p) < 0)
+			if (db_cmd(
+			        &x->db,
+			        "UPDATE sessions SET running_at = clock_timestamp(), "
+			        "stage = 'setting_up' "
+			        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+			        1, p) < 0)
 				return -1;
 			return reload(x, s);
 		}

@@ -63,8 +63,8 @@ int main(int argc, char **argv)
 				struct machine_net net;
 				lab_names_for_machine(&mn, sid, m->machine);
 				session_net_plan(sid, j, &net);
-				char *ud = cloudinit_build_hosts(m, "tok3n-for-the-test",
-				                                 "10.1.2.11 cp\n10.1.2.12 worker1\n");
+				char *ud = cloudinit_build_hosts(
+				    m, "tok3n-for-the-test", "10.1.2.11 cp\n10.1.2.12 worker1\n");
 				char *nd = manifest_network_data(&net);
 				cJSON *doc = jx_obj();
 				jx_add_str(doc, "kind", "cloud-config");
