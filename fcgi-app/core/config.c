@@ -220,6 +220,7 @@ int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t 
 	c->label.environment = xasprintf("%s/environment", c->label_prefix);
 	c->label.lesson = xasprintf("%s/lesson", c->label_prefix);
 	c->label.image = xasprintf("%s/image", c->label_prefix);
+	c->label.machine = xasprintf("%s/machine", c->label_prefix);
 	c->label.pool = xasprintf("%s/pool", c->label_prefix);
 	c->label.lesson_hash = xasprintf("%s/lesson-hash", c->label_prefix);
 	return 0;
@@ -238,6 +239,7 @@ void cfg_free(struct cfg *c)
 	free(c->label.environment);
 	free(c->label.lesson);
 	free(c->label.image);
+	free(c->label.machine);
 	free(c->label.pool);
 	free(c->label.lesson_hash);
 	memset(&c->label, 0, sizeof c->label);

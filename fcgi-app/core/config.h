@@ -46,7 +46,8 @@ struct cfg {
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
-		char *lab_session, *session_id, *environment, *lesson, *image, *pool, *lesson_hash;
+		char *lab_session, *session_id, *environment, *lesson, *image, *machine, *pool,
+		    *lesson_hash;
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */

@@ -167,7 +167,8 @@ static int take(struct labctx *x, const struct lesson *l, const char *user, doub
 	const char *pc[3] = {cd->vm, sid, cd->ip};
 	const char *ps[11] = {sid, user, l->id, x->cfg->environment, cd->disk,
 	                      cd->has_fallback ? cd->fallback : NULL, rto, yto, t, minutes, cd->vm};
-	const char *pv[5] = {sid, cd->vm, cd->secret, cd->token, cd->ip};
+	const char *pv[7] = {sid,     cd->vm, cd->secret, cd->token,
+	                     cd->ip, cd->disk, cd->has_fallback ? cd->fallback : NULL};
 	if (db_cmd(&x->db,
 	           "UPDATE pool_vms SET state = 'claimed', claimed_at = clock_timestamp(), "
 	           "session_id = $2::uuid, ip = COALESCE(ip, $3) WHERE vm_name = $1",
@@ -182,9 +183,11 @@ static int take(struct labctx *x, const struct lesson *l, const char *user, doub
 	           "clock_timestamp() + make_interval(mins => $10::int), $11)",
 	           11, ps) < 0 ||
 	    db_cmd(&x->db,
-	           "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, ip) "
-	           "VALUES ($1::uuid, $2, $3, $4, $5)",
-	           5, pv) < 0)
+	           "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, ip, "
+	           "stage, running_at, ready_at, disk_source, disk_fallback_reason) "
+	           "VALUES ($1::uuid, $2, $3, $4, $5, 'ready', clock_timestamp(), "
+	           "clock_timestamp(), $6, $7)",
+	           7, pv) < 0)
 		return -1;
 	return 0;
 }
@@ -217,8 +220,8 @@ int pool_claim(struct labctx *x, const struct lesson *l, const char *user, doubl
 	struct cand cd;
 	int rc = POOL_NONE;
 
-	if (l->runtime != RUNTIME_VM)
-		return POOL_NONE;
+	if (l->runtime != RUNTIME_VM || l->nmachines)
+		return POOL_NONE; /* a pool holds single-machine VM lessons */
 	buf_puts(&tried, "{");
 	for (int i = 0; i < CLAIM_TRIES; i++) {
 		buf_puts(&tried, "}");
@@ -321,7 +324,7 @@ int pool_yield(struct labctx *x, const char *for_lesson)
 int pool_target(struct labctx *x, const struct lesson *l)
 {
 	const char *p[2] = {x->cfg->environment, l->id};
-	if (l->runtime != RUNTIME_VM)
+	if (l->runtime != RUNTIME_VM || l->nmachines)
 		return 0;
 	PGresult *r = db_exec(&x->db,
 	                      "SELECT COALESCE(sum(count), 0) FROM pool_warm WHERE environment = $1 "
@@ -626,7 +629,7 @@ int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
 		struct prow *w = &rows[i];
 		const struct lesson *l = lessons_find(ls, w->lesson);
 		const char *reason = NULL;
-		if (!l || l->runtime != RUNTIME_VM)
+		if (!l || l->runtime != RUNTIME_VM || l->nmachines)
 			reason = "lesson_gone";
 		else if (strcmp(l->hash, w->hash) != 0)
 			reason = "lesson_changed";
@@ -768,9 +771,10 @@ long pool_warm_add(struct labctx *x, const char *lesson, int count, const char *
 		snprintf(err, errlen, "there is no lesson \"%.100s\"", lesson);
 		return -1;
 	}
-	if (l->runtime != RUNTIME_VM) {
-		snprintf(err, errlen, "lesson \"%s\" runs in a Pod: only VM lessons have a pool",
-		         l->id);
+	if (l->runtime != RUNTIME_VM || l->nmachines) {
+		snprintf(err, errlen,
+		         "lesson \"%s\" %s: only single-machine VM lessons have a warm pool", l->id,
+		         l->nmachines ? "has several machines" : "runs in a Pod");
 		return -1;
 	}
 	if (count < 1 || count > 1000) {

@@ -21,7 +21,7 @@ def reset_world(kube=None, db=None):
     # the warm pool (issue #18): no warm requests, no idle pool VM rows
     db.query("DELETE FROM pool_warm")
     db.query("DELETE FROM pool_vms")
-    for kind in ("virtualmachines", "secrets"):
+    for kind in ("virtualmachines", "secrets", "network-attachment-definitions"):
         for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
             kube.delete(kind, o["metadata"]["name"])
     wait_until(lambda: not kube.list("virtualmachines", f"{PREFIX}/lab-session=true"),

@@ -1,4 +1,4 @@
--- labvm migration 005: the warm pool (issue #18). Idempotent.
+-- labvm migration 006: the warm pool (issue #18). Idempotent.
 --
 -- pool_vms: every lab VM made ahead of a press, from creation until it is
 -- claimed (then it is a session's VM for good: never pooled again) or
