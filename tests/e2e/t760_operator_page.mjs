@@ -155,6 +155,8 @@ async function main() {
     });
 
     await step('the operator warms a lesson for a class from the page', async () => {
+      await page.goto(`${base}/operator.html`);
+      await page.waitForSelector('#view-main:not([hidden])', { timeout: 15000 });
       await page.fill('#warm-lesson', 'linux-basics');
       await page.fill('#warm-count', '1');
       await page.click('#warm-button');
@@ -167,7 +169,7 @@ async function main() {
       assert(w.length === 1 && w[0].count === 1, 'one warm request of the operator', pool.json.warm);
       for (const x of w) await api(base, OPERATOR, 'DELETE', `/api/operator/pool/${x.id}`);
       await api(base, OPERATOR, 'GET', '/api/operator/pool'); // its VM goes (surplus)
-    });
+    }, { independent: true });
 
     await step('the operator ends the session from the page', async () => {
       page.once('dialog', (d) => d.accept());
