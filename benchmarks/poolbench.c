@@ -74,8 +74,8 @@ static void press(struct opts *o, int ui, const char *lesson, struct press *p)
 	const char *st = kj_str(s, "state");
 	char *path = xasprintf("/api/sessions/%s", sid);
 	while (st && strcmp(st, "ready") != 0) {
-		if (strcmp(st, "starting") != 0 || bench_stop || util_mono_s() - t0 > o->timeout_s ||
-		    bench_sleep(o->poll_s)) {
+		if (strcmp(st, "starting") != 0 || bench_stop ||
+		    util_mono_s() - t0 > o->timeout_s || bench_sleep(o->poll_s)) {
 			st = NULL;
 			break;
 		}
@@ -269,8 +269,8 @@ int bench_pool_run(struct opts *o, struct kube *k, const char *profile)
 	jx_add_str(out, "started", when);
 	jx_add_str(out, "cluster", profile);
 	jx_add_num(out, "pool", o->pool);
-	printf("\n%-16s %-5s %-14s %4s %5s %9s %9s %9s %9s\n", "lesson", "mode", "disk", "n", "hits",
-	       "p50_s", "p95_s", "p99_s", "max_s");
+	printf("\n%-16s %-5s %-14s %4s %5s %9s %9s %9s %9s\n", "lesson", "mode", "disk", "n",
+	       "hits", "p50_s", "p95_s", "p99_s", "max_s");
 	int users = bench_user_count(o);
 	for (int li = 0; li < o->nlessons && !bench_stop; li++) {
 		const char *lesson = o->lessons[li];
@@ -298,9 +298,10 @@ int bench_pool_run(struct opts *o, struct kube *k, const char *profile)
 		print_row(lesson, "cold", disk, &fc);
 		print_row(lesson, "pool", hot[0].disk[0] ? hot[0].disk : disk, &fh);
 		if (isfinite(fc.p50) && isfinite(fh.p50) && fh.p50 > 0)
-			printf("%-16s pool p50 is %.0fx faster than cold (%zu of %d presses hit the "
-			       "pool)\n",
-			       "", fc.p50 / fh.p50, fh.hits, o->n);
+			printf(
+			    "%-16s pool p50 is %.0fx faster than cold (%zu of %d presses hit the "
+			    "pool)\n",
+			    "", fc.p50 / fh.p50, fh.hits, o->n);
 		cJSON *rc1 = figs_json(lesson, "cold", disk, &fc);
 		cJSON *rc2 = figs_json(lesson, "pool", disk, &fh);
 		if (isfinite(fc.p50) && isfinite(fh.p50) && fh.p50 > 0)
@@ -341,12 +342,13 @@ int bench_pool_run(struct opts *o, struct kube *k, const char *profile)
 			struct figs fi, fr;
 			figures(c.p, (size_t)u, 1, 0, &fi);
 			figures(c.p, (size_t)u, 0, 1, &fr);
-			printf("\nclass start: %d presses at once, pool of %d (%s): %zu instant "
-			       "(p50 %.3f s, max %.3f s); the other %zu ready after p50 %.3f s, max "
-			       "%.3f s; %zu refused, %zu failed; peak lab VMs in the cluster %ld "
-			       "(%zu samples)\n",
-			       u, o->pool, c.lesson, fi.n, fi.p50, fi.max, fr.n, fr.p50, fr.max,
-			       fi.refused + fr.refused, fi.failed + fr.failed, c.peak, c.samples);
+			printf(
+			    "\nclass start: %d presses at once, pool of %d (%s): %zu instant "
+			    "(p50 %.3f s, max %.3f s); the other %zu ready after p50 %.3f s, max "
+			    "%.3f s; %zu refused, %zu failed; peak lab VMs in the cluster %ld "
+			    "(%zu samples)\n",
+			    u, o->pool, c.lesson, fi.n, fi.p50, fi.max, fr.n, fr.p50, fr.max,
+			    fi.refused + fr.refused, fi.failed + fr.failed, c.peak, c.samples);
 			cJSON *cj = jx_add_obj(out, "class");
 			jx_add_str(cj, "lesson", c.lesson);
 			jx_add_num(cj, "presses", u);

@@ -52,8 +52,9 @@ enum hres api_pool_warm(struct req *r)
 	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lesson) || !cJSON_IsNumber(count) ||
 	    count->valuedouble != (double)count->valueint || (from && !cJSON_IsString(from)) ||
 	    (until && !cJSON_IsString(until))) {
-		resp_error(r, E_BAD_REQUEST,
-		           "expected {\"lesson\": ID, \"count\": N, \"from\"?: TIME, \"until\"?: TIME}");
+		resp_error(
+		    r, E_BAD_REQUEST,
+		    "expected {\"lesson\": ID, \"count\": N, \"from\"?: TIME, \"until\"?: TIME}");
 		return H_DONE;
 	}
 	long id = pool_warm_add(r->x, lesson->valuestring, count->valueint,
@@ -62,8 +63,9 @@ enum hres api_pool_warm(struct req *r)
 	if (id == -2)
 		return api_db_error(r);
 	if (id < 0) {
-		resp_error(r, lessons_find(r->x->lessons, lesson->valuestring) ? E_BAD_REQUEST
-		                                                               : E_UNKNOWN_LESSON,
+		resp_error(r,
+		           lessons_find(r->x->lessons, lesson->valuestring) ? E_BAD_REQUEST
+		                                                            : E_UNKNOWN_LESSON,
 		           "%s", err);
 		return H_DONE;
 	}

@@ -25,8 +25,8 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
-#include "pool.h"
 #include "metrics.h"
+#include "pool.h"
 
 static struct cfg cfg;
 static struct lessons lessons;

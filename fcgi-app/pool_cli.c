@@ -124,7 +124,8 @@ int main(int argc, char **argv)
 		char *end;
 		long v = strtol(pos[want - 1], &end, 10);
 		if (*end || v < 1) {
-			fprintf(stderr, "labvm-pool: '%s' is not a positive number\n", pos[want - 1]);
+			fprintf(stderr, "labvm-pool: '%s' is not a positive number\n",
+			        pos[want - 1]);
 			return 2;
 		}
 		if (want == 2)
@@ -155,8 +156,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "warm") == 0) {
 		const char *user = getenv("USER");
 		char *by = xasprintf("cli:%s", user ? user : "?");
-		long n = pool_warm_add(&x, pos[0], count > 1000 ? 1001 : (int)count, from, until, by,
-		                       err, sizeof err);
+		long n = pool_warm_add(&x, pos[0], count > 1000 ? 1001 : (int)count, from, until,
+		                       by, err, sizeof err);
 		free(by);
 		if (n < 0) {
 			fprintf(stderr, "labvm-pool: %s\n", n == -2 ? x.db.msg : err);

@@ -396,7 +396,8 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	if (rc < 0)
 		goto fail;
 	if (l->warm && l->nmachines) {
-		snprintf(err, errlen, "\"warm\" is for single-machine lessons (not with \"machines\")");
+		snprintf(err, errlen,
+		         "\"warm\" is for single-machine lessons (not with \"machines\")");
 		goto fail;
 	}
 	{

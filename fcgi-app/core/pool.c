@@ -16,9 +16,9 @@
 #include "manifest.h"
 #include "util.h"
 
-#define LOCK_CAPACITY "7302" /* the admission's capacity lock (sql/locks.md) */
-#define LOCK_POOL     "7304" /* one pool upkeep at a time per environment */
-#define CLAIM_TRIES   4
+#define LOCK_CAPACITY  "7302" /* the admission's capacity lock (sql/locks.md) */
+#define LOCK_POOL      "7304" /* one pool upkeep at a time per environment */
+#define CLAIM_TRIES    4
 #define CLAIM_AGENT_MS 1000 /* the claim's look at a pool VM's agent */
 
 /* ------------------------------------------------------------ helpers */
@@ -40,8 +40,8 @@ static void delete_objects(struct labctx *x, const char *vm, const char *secret)
 	for (int i = 0; i < 2; i++) {
 		char *path = kube_path(kinds[i], x->cfg->namespace_, names[i]);
 		if (!kube_delete(&x->kube, path, "Background"))
-			log_warn("pool: deleting %s %s failed: %s (the reaper will retry)", kinds[i],
-			         names[i], x->kube.msg);
+			log_warn("pool: deleting %s %s failed: %s (the reaper will retry)",
+			         kinds[i], names[i], x->kube.msg);
 		free(path);
 	}
 }
@@ -53,11 +53,12 @@ static int retire(struct labctx *x, const char *vm, const char *secret, const ch
                   const char *error)
 {
 	const char *p[3] = {vm, reason, error};
-	PGresult *r = db_exec(&x->db,
-	                      "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
-	                      "delete_reason = $2, error = $3 "
-	                      "WHERE vm_name = $1 AND state IN ('starting', 'ready') RETURNING 1",
-	                      3, p);
+	PGresult *r =
+	    db_exec(&x->db,
+	            "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
+	            "delete_reason = $2, error = $3 "
+	            "WHERE vm_name = $1 AND state IN ('starting', 'ready') RETURNING 1",
+	            3, p);
 	if (!r)
 		return -1;
 	int n = PQntuples(r);
@@ -117,7 +118,8 @@ static int next_candidate(struct labctx *x, const struct lesson *l, const char *
 	snprintf(cd->ip, sizeof cd->ip, "%s", cd->has_ip ? PQgetvalue(r, 0, 3) : "");
 	snprintf(cd->disk, sizeof cd->disk, "%s", PQgetvalue(r, 0, 4));
 	cd->has_fallback = db_val(r, 0, 5) != NULL;
-	snprintf(cd->fallback, sizeof cd->fallback, "%s", cd->has_fallback ? PQgetvalue(r, 0, 5) : "");
+	snprintf(cd->fallback, sizeof cd->fallback, "%s",
+	         cd->has_fallback ? PQgetvalue(r, 0, 5) : "");
 	cd->ready = PQgetvalue(r, 0, 6)[0] == 't';
 	PQclear(r);
 	return POOL_CLAIMED;
@@ -165,10 +167,19 @@ static int take(struct labctx *x, const struct lesson *l, const char *user, doub
 	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
 	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
 	const char *pc[3] = {cd->vm, sid, cd->ip};
-	const char *ps[11] = {sid, user, l->id, x->cfg->environment, cd->disk,
-	                      cd->has_fallback ? cd->fallback : NULL, rto, yto, t, minutes, cd->vm};
-	const char *pv[7] = {sid,     cd->vm, cd->secret, cd->token,
-	                     cd->ip, cd->disk, cd->has_fallback ? cd->fallback : NULL};
+	const char *ps[11] = {sid,      user,
+	                      l->id,    x->cfg->environment,
+	                      cd->disk, cd->has_fallback ? cd->fallback : NULL,
+	                      rto,      yto,
+	                      t,        minutes,
+	                      cd->vm};
+	const char *pv[7] = {sid,
+	                     cd->vm,
+	                     cd->secret,
+	                     cd->token,
+	                     cd->ip,
+	                     cd->disk,
+	                     cd->has_fallback ? cd->fallback : NULL};
 	if (db_cmd(&x->db,
 	           "UPDATE pool_vms SET state = 'claimed', claimed_at = clock_timestamp(), "
 	           "session_id = $2::uuid, ip = COALESCE(ip, $3) WHERE vm_name = $1",
@@ -326,11 +337,12 @@ int pool_target(struct labctx *x, const struct lesson *l)
 	const char *p[2] = {x->cfg->environment, l->id};
 	if (l->runtime != RUNTIME_VM || l->nmachines)
 		return 0;
-	PGresult *r = db_exec(&x->db,
-	                      "SELECT COALESCE(sum(count), 0) FROM pool_warm WHERE environment = $1 "
-	                      "AND lesson = $2 AND from_at <= clock_timestamp() "
-	                      "AND until_at > clock_timestamp()",
-	                      2, p);
+	PGresult *r =
+	    db_exec(&x->db,
+	            "SELECT COALESCE(sum(count), 0) FROM pool_warm WHERE environment = $1 "
+	            "AND lesson = $2 AND from_at <= clock_timestamp() "
+	            "AND until_at > clock_timestamp()",
+	            2, p);
 	if (!r)
 		return -1;
 	long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
@@ -379,8 +391,8 @@ static int create_one(struct labctx *x, const struct lesson *l)
 		rc = 0;
 		goto out;
 	}
-	const char *p[7] = {names.vm, names.secret, c->environment, l->id, l->hash, token,
-	                    lesson_disk_str(disk)};
+	const char *p[7] = {names.vm, names.secret, c->environment,       l->id,
+	                    l->hash,  token,        lesson_disk_str(disk)};
 	const char *pf[2] = {names.vm, fallback};
 	if (db_cmd(&x->db,
 	           "INSERT INTO pool_vms (vm_name, secret_name, environment, lesson, lesson_hash, "
@@ -455,13 +467,14 @@ struct prow {
 static int load_rows(struct labctx *x, const char *only, struct prow **out, size_t *n)
 {
 	const char *p[2] = {x->cfg->environment, only};
-	PGresult *r = db_exec(&x->db,
-	                      "SELECT vm_name, secret_name, lesson, lesson_hash, state = 'ready', ip, "
-	                      "agent_token, extract(epoch from clock_timestamp() - created_at) "
-	                      "FROM pool_vms WHERE environment = $1 "
-	                      "AND state IN ('starting', 'ready') AND ($2::text IS NULL OR lesson = $2) "
-	                      "ORDER BY created_at",
-	                      2, p);
+	PGresult *r =
+	    db_exec(&x->db,
+	            "SELECT vm_name, secret_name, lesson, lesson_hash, state = 'ready', ip, "
+	            "agent_token, extract(epoch from clock_timestamp() - created_at) "
+	            "FROM pool_vms WHERE environment = $1 "
+	            "AND state IN ('starting', 'ready') AND ($2::text IS NULL OR lesson = $2) "
+	            "ORDER BY created_at",
+	            2, p);
 	if (!r)
 		return -1;
 	*n = (size_t)PQntuples(r);
@@ -529,7 +542,8 @@ static int check_starting(struct labctx *x, const struct lesson *l, struct prow 
 
 	if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
 		char e[128];
-		snprintf(e, sizeof e, "the VM stopped before the lab was ready (VMI phase %s)", phase);
+		snprintf(e, sizeof e, "the VM stopped before the lab was ready (VMI phase %s)",
+		         phase);
 		rc = retire(x, w->vm, w->secret, "not_ready", e) < 0 ? -1 : 0;
 		k->failed += rc == 0;
 		goto out;
@@ -545,10 +559,11 @@ static int check_starting(struct labctx *x, const struct lesson *l, struct prow 
 		                                 c->agent_ready_timeout_ms, &detail);
 		if (a == AGENT_READY) {
 			const char *p[1] = {w->vm};
-			if (db_cmd(&x->db,
-			           "UPDATE pool_vms SET state = 'ready', ready_at = clock_timestamp() "
-			           "WHERE vm_name = $1 AND state = 'starting'",
-			           1, p) < 0)
+			if (db_cmd(
+			        &x->db,
+			        "UPDATE pool_vms SET state = 'ready', ready_at = clock_timestamp() "
+			        "WHERE vm_name = $1 AND state = 'starting'",
+			        1, p) < 0)
 				rc = -1;
 			else
 				k->became_ready++;
@@ -740,13 +755,14 @@ int pool_owns(struct labctx *x, const char *kind, const char *name)
 {
 	int vm = strcmp(kind, "virtualmachines") == 0;
 	const char *p[2] = {name, x->cfg->environment};
-	PGresult *r = db_exec(
-	    &x->db,
-	    vm ? "SELECT p.state, s.state FROM pool_vms p LEFT JOIN sessions s ON s.id = p.session_id "
-	         "WHERE p.vm_name = $1 AND p.environment = $2"
-	       : "SELECT p.state, s.state FROM pool_vms p LEFT JOIN sessions s ON s.id = p.session_id "
-	         "WHERE p.secret_name = $1 AND p.environment = $2",
-	    2, p);
+	PGresult *r = db_exec(&x->db,
+	                      vm ? "SELECT p.state, s.state FROM pool_vms p LEFT JOIN sessions s "
+	                           "ON s.id = p.session_id "
+	                           "WHERE p.vm_name = $1 AND p.environment = $2"
+	                         : "SELECT p.state, s.state FROM pool_vms p LEFT JOIN sessions s "
+	                           "ON s.id = p.session_id "
+	                           "WHERE p.secret_name = $1 AND p.environment = $2",
+	                      2, p);
 	if (!r)
 		return -1;
 	int owns = 0;
@@ -855,15 +871,17 @@ cJSON *pool_status_json(struct labctx *x)
 	    &x->db,
 	    "SELECT id, lesson, count, labvm_ts(from_at) AS from, labvm_ts(until_at) AS until, "
 	    "created_by, (from_at <= clock_timestamp() AND until_at > clock_timestamp()) AS active "
-	    "FROM pool_warm WHERE environment = $1 AND until_at > clock_timestamp() ORDER BY from_at, id",
+	    "FROM pool_warm WHERE environment = $1 AND until_at > clock_timestamp() ORDER BY "
+	    "from_at, id",
 	    1, p);
-	PGresult *v = w ? db_exec(&x->db,
-	                          "SELECT vm_name AS name, lesson, state, disk_source, "
-	                          "labvm_ts(created_at) AS created_at, labvm_ts(ready_at) AS ready_at "
-	                          "FROM pool_vms WHERE environment = $1 "
-	                          "AND state IN ('starting', 'ready') ORDER BY lesson, created_at",
-	                          1, p)
-	                : NULL;
+	PGresult *v =
+	    w ? db_exec(&x->db,
+	                "SELECT vm_name AS name, lesson, state, disk_source, "
+	                "labvm_ts(created_at) AS created_at, labvm_ts(ready_at) AS ready_at "
+	                "FROM pool_vms WHERE environment = $1 "
+	                "AND state IN ('starting', 'ready') ORDER BY lesson, created_at",
+	                1, p)
+	      : NULL;
 	PGresult *c = v ? db_exec(&x->db,
 	                          "SELECT lesson, count(*) FILTER (WHERE state = 'starting') AS "
 	                          "starting, count(*) FILTER (WHERE state = 'ready') AS ready, "

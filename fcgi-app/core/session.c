@@ -129,8 +129,8 @@ static int parse_vms(const char *json, struct session *s)
 static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
                       struct session *s)
 {
-	char *sql =
-	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
+	char *sql = xasprintf(
+	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
 	PGresult *r = db_exec(&x->db, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);

@@ -10,8 +10,7 @@
 #include "manifest.h"
 #include "unit.h"
 
-#define BASE                                                                                       \
-	"{\"id\":\"l1\",\"title\":\"T\",\"runtime\":\"%s\",\"image\":\"img\"%s}"
+#define BASE "{\"id\":\"l1\",\"title\":\"T\",\"runtime\":\"%s\",\"image\":\"img\"%s}"
 
 static int parse(const char *runtime, const char *extra, struct lesson *l, char *err)
 {
