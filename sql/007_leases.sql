@@ -1,4 +1,4 @@
--- labvm migration 005 (issue #13): leases that keep one student's slow or
+-- labvm migration 007 (issue #13): leases that keep one student's slow or
 -- frozen lab from holding the class's workers, the VMI a session's agent
 -- token may be sent to, and console tickets used once across bridges.
 
