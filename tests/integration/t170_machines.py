@@ -359,6 +359,8 @@ def reaper_expired():
     r = api.start("test-multi")
     t.eq(r.status, 201, "started")
     sid = r.json["id"]
+    # minutes count from ready: a ready session expires (a starting one has its deadlines)
+    api.wait_state(sid, "ready", 90)
     db.query("UPDATE sessions SET expires_at = now() - interval '1 second' WHERE id = %s", sid)
     code, out = reap()
     t.eq(code, 0, "reaper ran", out)
