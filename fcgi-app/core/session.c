@@ -577,10 +577,15 @@ static enum look advance_running(struct labctx *x, struct session *s, struct ses
 		           "UPDATE session_vms SET running_at = clock_timestamp(), "
 		           "stage = 'setting_up', ip = coalesce($3, ip), vmi_uid = $4 "
 		           "WHERE session_id = $1::uuid AND vm_name = $2 AND running_at IS NULL",
-		           4, p) < 0)
+		           4, p) < 0) {
 			rc = LOOK_DBERR;
-		else
+		} else {
+			/* what the row says now, for a failure in this same look */
+			vm->stage = STAGE_SETTING_UP;
+			if (ip && !vm->ip)
+				vm->ip = xstrdup(ip);
 			rc = LOOK_MOVED;
+		}
 	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
 		rc = fail(x, s, vm, "the VM stopped before the lab was ready (VMI phase %s)",
 		          phase) < 0
