@@ -39,6 +39,7 @@ enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
+enum hres api_session_events(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

@@ -24,6 +24,7 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "stream.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -49,31 +50,41 @@ static void log_request(const struct req *r, const struct labctx *x)
 static void *worker(void *arg)
 {
 	struct labctx x;
-	FCGX_Request fr;
+	FCGX_Request *fr = NULL;
 	(void)arg;
 
 	if (labctx_init(&x, &cfg, &lessons) < 0)
 		return NULL;
-	if (FCGX_InitRequest(&fr, listen_fd, 0) != 0) {
-		log_err("FCGX_InitRequest failed");
-		labctx_cleanup(&x);
-		return NULL;
-	}
 	while (!stopping) {
 		int rc;
+		/* a request handed to the stream thread is its own: take a new one */
+		if (!fr) {
+			fr = malloc(sizeof *fr);
+			if (!fr || FCGX_InitRequest(fr, listen_fd, 0) != 0) {
+				log_err("FCGX_InitRequest failed");
+				break;
+			}
+		}
 		pthread_mutex_lock(&accept_mutex);
-		rc = stopping ? -1 : FCGX_Accept_r(&fr);
+		rc = stopping ? -1 : FCGX_Accept_r(fr);
 		pthread_mutex_unlock(&accept_mutex);
 		if (rc < 0)
 			break;
 		struct req r;
-		req_init(&r, &fr, &x);
+		req_init(&r, fr, &x);
 		router_dispatch(&r);
 		log_request(&r, &x);
+		int adopted = r.adopted;
 		req_reset(&r);
-		FCGX_Finish_r(&fr);
+		if (adopted)
+			fr = NULL;
+		else
+			FCGX_Finish_r(fr);
 	}
-	FCGX_Free(&fr, 1);
+	if (fr) {
+		FCGX_Free(fr, 1);
+		free(fr);
+	}
 	labctx_cleanup(&x);
 	return NULL;
 }
@@ -154,9 +165,12 @@ int main(int argc, char **argv)
 			log_err("cannot start worker %d", i);
 			return 1;
 		}
+	if (stream_start(&cfg, &lessons) < 0)
+		return 1;
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	free(th);
+	stream_stop();
 	log_info("stopped");
 	lessons_free(&lessons);
 	cfg_free(&cfg);

@@ -29,6 +29,11 @@ enum agent_ready {
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
                              int timeout_ms, cJSON **detail);
 
+/* GET /ready?wait=S: the agent holds the answer up to wait_ms until the flag
+ * appears (or setup ends); the call costs at most wait_ms + timeout_ms. */
+enum agent_ready agent_ready_wait(struct agent *a, const char *ip, int port, const char *token,
+                                  int wait_ms, int timeout_ms, cJSON **detail);
+
 /* POST /run {"cmd", "timeout_s"}: 0 and *result = {"exit_code","stdout","stderr",...};
  * -1 when the agent could not be reached or answered badly (a->msg). */
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,

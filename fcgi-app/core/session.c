@@ -59,15 +59,15 @@ int session_stage_parse(const char *v)
 	return lookup(stage_names, NNAMES(stage_names), v);
 }
 
-static char *dup_or_null(const PGresult *r, int c)
+static char *dup_or_null(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? xstrdup(v) : NULL;
 }
 
-static double num(const PGresult *r, int c)
+static double num(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? strtod(v, NULL) : 0;
 }
 
@@ -105,6 +105,45 @@ static int parse_vms(const char *json, struct session *s)
 	return 0;
 }
 
+/* Row `row` of a SESSION_COLS, SESSION_VMS result into s. SESSION_FOUND or
+ * SESSION_DBERR (x->db.msg). */
+static int parse_row(struct labctx *x, const PGresult *r, int row, struct session *s)
+{
+	memset(s, 0, sizeof *s);
+	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
+	char **str[] = {&s->id,         &s->user,         &s->lesson,
+	                NULL,           &s->environment,  NULL,
+	                NULL,           &s->disk_source,  &s->fallback_reason,
+	                &s->created_at, &s->submitted_at, &s->running_at,
+	                &s->ready_at,   &s->ended_at,     &s->expires_at,
+	                &s->end_reason, &s->error,        &s->last_grade,
+	                &s->graded_at};
+	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
+		if (str[i])
+			*str[i] = dup_or_null(r, row, i);
+	int runtime = lesson_runtime_parse(db_val(r, row, 3));
+	int state = session_state_parse(db_val(r, row, 5));
+	int stage = session_stage_parse(db_val(r, row, 6));
+	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
+	s->state = (enum session_state)(state < 0 ? 0 : state);
+	s->stage = (enum session_stage)(stage < 0 ? 0 : stage);
+	s->running_timeout_s = atoi(PQgetvalue(r, row, 19));
+	s->ready_timeout_s = atoi(PQgetvalue(r, row, 20));
+	s->t_submitted = num(r, row, 21);
+	s->t_running = num(r, row, 22);
+	s->t_expires = num(r, row, 23);
+	s->t_now = num(r, row, 24);
+	int bad = parse_vms(db_val(r, row, 25), s) < 0;
+	int unknown = runtime < 0 || state < 0 || stage < 0;
+	if (bad || unknown) {
+		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
+		         bad ? "session_vms" : "runtime, state or stage");
+		session_free(s);
+		return SESSION_DBERR;
+	}
+	return SESSION_FOUND;
+}
+
 static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
                       struct session *s)
 {
@@ -119,39 +158,68 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 		PQclear(r);
 		return SESSION_NONE;
 	}
-	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
-	char **str[] = {&s->id,         &s->user,         &s->lesson,
-	                NULL,           &s->environment,  NULL,
-	                NULL,           &s->disk_source,  &s->fallback_reason,
-	                &s->created_at, &s->submitted_at, &s->running_at,
-	                &s->ready_at,   &s->ended_at,     &s->expires_at,
-	                &s->end_reason, &s->error,        &s->last_grade,
-	                &s->graded_at};
-	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
-		if (str[i])
-			*str[i] = dup_or_null(r, i);
-	int runtime = lesson_runtime_parse(db_val(r, 0, 3));
-	int state = session_state_parse(db_val(r, 0, 5));
-	int stage = session_stage_parse(db_val(r, 0, 6));
-	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
-	s->state = (enum session_state)(state < 0 ? 0 : state);
-	s->stage = (enum session_stage)(stage < 0 ? 0 : stage);
-	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
-	s->ready_timeout_s = atoi(PQgetvalue(r, 0, 20));
-	s->t_submitted = num(r, 21);
-	s->t_running = num(r, 22);
-	s->t_expires = num(r, 23);
-	s->t_now = num(r, 24);
-	int bad = parse_vms(db_val(r, 0, 25), s) < 0;
-	int unknown = runtime < 0 || state < 0 || stage < 0;
+	int rc = parse_row(x, r, 0, s);
 	PQclear(r);
-	if (bad || unknown) {
-		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
-		         bad ? "session_vms" : "runtime, state or stage");
-		session_free(s);
-		return SESSION_DBERR;
+	return rc;
+}
+
+int session_events_load(struct labctx *x, const char *id, long long after, int limit,
+                        struct session_event **out, size_t *n)
+{
+	char a[32], l[16];
+	snprintf(a, sizeof a, "%lld", after);
+	snprintf(l, sizeof l, "%d", limit);
+	const char *p[3] = {id, a, l};
+	/* each snapshot is shaped back into a sessions row named "sessions", so
+	 * the one column list (and the one JSON form) serves events too */
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", e.seq "
+	                      "FROM session_events e CROSS JOIN LATERAL "
+	                      "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
+	                      "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
+	                      "ORDER BY e.seq LIMIT $3::int",
+	                      3, p);
+	*out = NULL;
+	*n = 0;
+	if (!r)
+		return -1;
+	int rows = PQntuples(r);
+	*out = xcalloc((size_t)rows + 1, sizeof **out);
+	for (int i = 0; i < rows; i++) {
+		struct session_event *e = &(*out)[*n];
+		if (parse_row(x, r, i, &e->s) != SESSION_FOUND) {
+			PQclear(r);
+			session_events_free(*out, *n);
+			*out = NULL;
+			*n = 0;
+			return -1;
+		}
+		e->seq = strtoll(PQgetvalue(r, i, 26), NULL, 10);
+		(*n)++;
 	}
-	return SESSION_FOUND;
+	PQclear(r);
+	return 0;
+}
+
+void session_events_free(struct session_event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		session_free(&ev[i].s);
+	free(ev);
+}
+
+long long session_last_event(struct labctx *x, const char *id)
+{
+	const char *p[1] = {id};
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT coalesce(max(seq), 0) FROM session_events "
+	                      "WHERE session_id = $1::uuid",
+	                      1, p);
+	if (!r)
+		return -1;
+	long long v = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	PQclear(r);
+	return v;
 }
 
 int session_load(struct labctx *x, const char *id, struct session *s)

@@ -13,6 +13,10 @@ start before the file exists; until then everything is refused).
                  503 {"ready": false, "state": "booting" | "setup_running" |
                       "setup_failed" | "setup_finished",
                       "exit_code": N | null, "log_tail": "..."}
+    GET  /ready?wait=S  the same, held up to S seconds (0..60) until the flag
+                 appears or setup ends (the flag is looked for every 10 ms),
+                 so that labvm sees readiness at once instead of at its next
+                 look; 400 for a wait that is not a number in range.
     POST /run    {"cmd": "...", "timeout_s": 30}  (timeout optional, max 300)
                  200 {"exit_code": N | null, "stdout": "...", "stderr": "...",
                       "timed_out": bool, "truncated": bool, "duration_ms": N}
@@ -87,6 +91,38 @@ def log_tail(path, size=LOG_TAIL):
     text = ANSI.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
     # progress bars redraw a line with \r: keep what was last drawn
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+READY_WAIT_MAX = 60.0
+READY_WAIT_STEP = 0.01
+
+
+def parse_wait(query):
+    """The wait=S of /ready's query string, in seconds (0 when absent)."""
+    for part in query.split("&"):
+        k, _, v = part.partition("=")
+        if k == "wait":
+            try:
+                w = float(v)
+            except ValueError:
+                raise ValueError("wait must be a number of seconds") from None
+            if not 0 <= w <= READY_WAIT_MAX:  # also refuses nan
+                raise ValueError("wait must be between 0 and %g seconds" % READY_WAIT_MAX)
+            return w
+    return 0.0
+
+
+def ready_wait(wait):
+    """ready_status(), held until the flag appears, setup ends, or wait passes."""
+    end = time.monotonic() + wait
+    while True:
+        code, body = ready_status()
+        if code == 200 or body["state"] in ("setup_failed", "setup_finished"):
+            return code, body
+        left = end - time.monotonic()
+        if left <= 0:
+            return code, body
+        time.sleep(min(READY_WAIT_STEP, left))
 
 
 def ready_status():
@@ -255,7 +291,7 @@ class Handler(BaseHTTPRequestHandler):
                 given.strip().encode("utf-8", "replace"), token):
             return self.error(403, "forbidden", "missing or wrong bearer token")
 
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path not in self.ROUTES:
             return self.error(404, "not_found", "no such path: " + path)
         if self.command != self.ROUTES[path]:
@@ -265,7 +301,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(413, "too_large", "request body over %d bytes" % MAX_BODY,
                               close=True)
         if path == "/ready":
-            return self.send_json(*ready_status())
+            try:
+                wait = parse_wait(query)
+            except ValueError as e:
+                return self.error(400, "bad_request", str(e))
+            return self.send_json(*ready_wait(wait))
         if path == "/tty-size":
             try:
                 cols, rows = parse_tty_size(body)
