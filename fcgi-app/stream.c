@@ -272,7 +272,7 @@ static void *driver(void *arg)
 static struct watcher *ws;
 static size_t nws, cap_ws;
 static PGconn *lconn;
-static double next_connect;
+static double next_connect, next_catchup;
 static int need_catchup;
 
 static void watcher_close(size_t i)
@@ -298,14 +298,17 @@ static int put(struct watcher *w, const char *s, size_t n)
 }
 
 /* Write what happened to w's session since w->last. 1: the final event was
- * written (close it), 0 go on, -1 the client is gone. */
+ * written (close it), 0 go on, -1 the client is gone, -2 the database failed
+ * (need_catchup: every stream looks again once it answers). */
 static int catch_up(struct labctx *x, struct watcher *w)
 {
 	for (;;) {
 		struct session_event *ev;
 		size_t n;
-		if (session_events_load(x, w->id, w->last, CATCHUP_LIMIT, &ev, &n) < 0)
-			return 0; /* the database: after it is back, need_catchup */
+		if (session_events_load(x, w->id, w->last, CATCHUP_LIMIT, &ev, &n) < 0) {
+			need_catchup = 1;
+			return -2;
+		}
 		for (size_t i = 0; i < n; i++) {
 			char *data = stream_event_text(ev[i].seq, &ev[i].s);
 			int bad = put(w, data, strlen(data));
@@ -333,7 +336,10 @@ static void catch_up_where(struct labctx *x, const char *id)
 			i++;
 			continue;
 		}
-		if (catch_up(x, &ws[i]) != 0)
+		int rc = catch_up(x, &ws[i]);
+		if (rc == -2)
+			return; /* the database again: later, for every stream */
+		if (rc != 0)
 			watcher_close(i);
 		else
 			i++;
@@ -363,8 +369,7 @@ static void listen_ensure(struct labctx *x)
 	PQclear(r);
 	if (need_catchup) {
 		log_info("event streams: listening again; %zu streams catch up", nws);
-		catch_up_where(x, NULL);
-		need_catchup = 0;
+		x->db.broken = 1; /* its connection died with the server, too */
 	}
 }
 
@@ -385,7 +390,8 @@ static void take_pending(struct labctx *x)
 		}
 		ws[nws++] = p[i];
 		/* what happened between the handler's look and now */
-		if (catch_up(x, &ws[nws - 1]) != 0)
+		int rc = catch_up(x, &ws[nws - 1]);
+		if (rc == -1 || rc == 1)
 			watcher_close(nws - 1);
 	}
 	free(p);
@@ -402,6 +408,13 @@ static void *stream_main(void *arg)
 		return NULL;
 	while (!stopping) {
 		listen_ensure(&x);
+		if (need_catchup && lconn && util_mono_s() >= next_catchup) {
+			/* listening again: what happened meanwhile, for every stream */
+			need_catchup = 0;
+			catch_up_where(&x, NULL);
+			if (need_catchup)
+				next_catchup = util_mono_s() + RECONNECT_S;
+		}
 		if (cap_pfd < nws + 2) {
 			cap_pfd = nws + 64;
 			pfd = realloc(pfd, cap_pfd * sizeof *pfd);
@@ -443,6 +456,7 @@ static void *stream_main(void *arg)
 				PQfinish(lconn);
 				lconn = NULL;
 				need_catchup = 1;
+				x.db.broken = 1;
 				next_connect = util_mono_s() + RECONNECT_S;
 			} else {
 				PGnotify *nt;
