@@ -28,6 +28,7 @@
 #define HOLD_MS 10000          /* a driver's longest watch or held /ready */
 #define HOLD_BUSY_MS 500       /* ... when other watched starts wait for a driver */
 #define RETRY_S 0.5            /* after a watch or agent call that failed at once */
+#define AGENT_RETRY_MS 20      /* an agent not listening yet: asked again after this */
 
 struct watcher {
 	FCGX_Request *fr;
@@ -168,14 +169,37 @@ static int driver_wait(struct labctx *x, struct session *s, struct session_due d
 	if (d.what == DUE_READY) {
 		if (!vm->ip)
 			return -1;
-		double t0 = util_mono_s();
-		enum agent_ready r =
-		    agent_ready_wait(&x->agent, vm->ip, x->cfg->agent_port, vm->token, wait_ms,
-		                     x->cfg->agent_ready_timeout_ms, NULL);
-		/* an agent that answered at once without holding (an older one) */
-		if (r == AGENT_UNREACHABLE || (r == AGENT_NOT_READY && util_mono_s() - t0 < 0.05))
-			return -1;
-		return 0;
+		/* until the flag (or a failed setup), within wait_ms: an agent not
+		 * listening yet (the guest still boots) is asked again every
+		 * AGENT_RETRY_MS */
+		double end = util_mono_s() + wait_ms / 1000.0;
+		for (;;) {
+			double t0 = util_mono_s();
+			int left = (int)((end - t0) * 1000.0);
+			if (left <= 0)
+				return 0;
+			cJSON *detail = NULL;
+			enum agent_ready r =
+			    agent_ready_wait(&x->agent, vm->ip, x->cfg->agent_port, vm->token, left,
+			                     x->cfg->agent_ready_timeout_ms, &detail);
+			const char *st = kj_str(detail, "state");
+			int setup_over = st && !strcmp(st, "setup_failed");
+			cJSON_Delete(detail);
+			if (r == AGENT_READY) {
+				/* record it now (the same conditional UPDATE as the status GET) */
+				session_mark_ready(x, s);
+				return 0;
+			}
+			if (setup_over)
+				return 0;
+			/* an agent that answers at once without holding (an older one) */
+			if (r == AGENT_NOT_READY && util_mono_s() - t0 < 0.05)
+				return -1;
+			if (stopping)
+				return -1;
+			if (r == AGENT_UNREACHABLE)
+				usleep(AGENT_RETRY_MS * 1000);
+		}
 	}
 	return -1;
 }

@@ -460,6 +460,21 @@ static const char *detail_str(const cJSON *d, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+int session_mark_ready(struct labctx *x, struct session *s)
+{
+	const char *p[1] = {s->id};
+	int rc = db_cmd(&x->db,
+	                "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
+	                "stage = 'ready', "
+	                /* the lesson's minutes count from the moment the lab is usable */
+	                "expires_at = clock_timestamp() + (expires_at - created_at) "
+	                "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+	                1, p);
+	if (rc == 0)
+		rc = reload(x, s);
+	return rc;
+}
+
 static int advance_ready(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
 {
 	const struct cfg *c = x->cfg;
@@ -489,16 +504,7 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 		r = agent_ready(&x->agent, vm->ip, c->agent_port, vm->token,
 		                c->agent_ready_timeout_ms, &detail);
 	if (r == AGENT_READY) {
-		const char *p[1] = {s->id};
-		rc = db_cmd(&x->db,
-		            "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
-		            "stage = 'ready', "
-		            /* the lesson's minutes count from the moment the lab is usable */
-		            "expires_at = clock_timestamp() + (expires_at - created_at) "
-		            "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
-		            1, p);
-		if (rc == 0)
-			rc = reload(x, s);
+		rc = session_mark_ready(x, s);
 		goto out;
 	}
 	const char *st = detail_str(detail, "state");

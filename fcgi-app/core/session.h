@@ -114,6 +114,11 @@ cJSON *session_json(const struct session *s);
  * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
 
+/* Record that the agent reported the ready flag (a conditional UPDATE: the
+ * first to see it wins; the lesson's minutes start now); reloads s.
+ * 0 ok, -1 database trouble. */
+int session_mark_ready(struct labctx *x, struct session *s);
+
 /* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
  * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */
 int session_finish(struct labctx *x, struct session *s, enum session_state state,

@@ -14,7 +14,7 @@ start before the file exists; until then everything is refused).
                       "setup_failed" | "setup_finished",
                       "exit_code": N | null, "log_tail": "..."}
     GET  /ready?wait=S  the same, held up to S seconds (0..60) until the flag
-                 appears or setup ends (the flag is looked for every 10 ms),
+                 appears or setup fails (the flag is looked for every 10 ms),
                  so that labvm sees readiness at once instead of at its next
                  look; 400 for a wait that is not a number in range.
     POST /run    {"cmd": "...", "timeout_s": 30}  (timeout optional, max 300)
@@ -117,7 +117,8 @@ def ready_wait(wait):
     end = time.monotonic() + wait
     while True:
         code, body = ready_status()
-        if code == 200 or body["state"] in ("setup_failed", "setup_finished"):
+        # setup_finished is not the end: the flag follows it
+        if code == 200 or body["state"] == "setup_failed":
             return code, body
         left = end - time.monotonic()
         if left <= 0:
