@@ -144,12 +144,13 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 	return SESSION_FOUND;
 }
 
-static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
-                      struct session *s)
+/* slot: the prepared statement of this where clause (db_exec_prepared) */
+static int load_where(struct labctx *x, unsigned slot, const char *where, int n,
+                      const char *const *p, struct session *s)
 {
 	char *sql =
 	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
-	PGresult *r = db_exec(&x->db, sql, n, p);
+	PGresult *r = db_exec_prepared(&x->db, slot, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
 	if (!r)
@@ -229,14 +230,15 @@ int session_load(struct labctx *x, const char *id, struct session *s)
 		memset(s, 0, sizeof *s);
 		return SESSION_NONE;
 	}
-	return load_where(x, "id = $1::uuid AND environment = $2", 2, p, s);
+	return load_where(x, 0, "id = $1::uuid AND environment = $2", 2, p, s);
 }
 
 int session_load_active(struct labctx *x, const char *user, struct session *s)
 {
 	const char *p[2] = {x->cfg->environment, user};
 	return load_where(
-	    x, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p, s);
+	    x, 1, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p,
+	    s);
 }
 
 static int reload(struct labctx *x, struct session *s)
