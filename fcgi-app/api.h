@@ -40,6 +40,7 @@ enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
 enum hres api_session_events(struct req *r);
+enum hres api_tty_size(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

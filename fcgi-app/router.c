@@ -35,6 +35,8 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
+    {"POST", "/api/sessions/*/tty-size", api_tty_size,
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])

@@ -107,3 +107,18 @@ int agent_run(struct agent *a, const char *ip, int port, const char *token, cons
 	}
 	return 0;
 }
+
+int agent_tty_size(struct agent *a, const char *ip, int port, const char *token, int cols, int rows,
+                   int timeout_ms)
+{
+	cJSON *req = jx_obj();
+	jx_add_num(req, "cols", cols);
+	jx_add_num(req, "rows", rows);
+	long code = call(a, ip, port, token, "/tty-size", req, timeout_ms);
+	cJSON_Delete(req);
+	if (code == 200 || code == 409)
+		return (int)code;
+	if (code)
+		snprintf(a->msg, sizeof a->msg, "agent answered HTTP %ld to /tty-size", code);
+	return -1;
+}

@@ -131,6 +131,18 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
 	return code;
 }
 
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n)
+{
+	cJSON *list = NULL;
+	long code = kube_list(k, path, label_selector, &list);
+	const cJSON *items = kj_get(list, "items");
+	if (code == 200 && !cJSON_IsArray(items))
+		code = 0;
+	*n = code == 200 ? cJSON_GetArraySize(items) : 0;
+	cJSON_Delete(list);
+	return code;
+}
+
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out)
 {
 	return kube_call(k, "POST", path, obj, NULL, out);

@@ -77,7 +77,7 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 	return 0;
 }
 
-/* "i18n": {"ja": {"title", "description"}} */
+/* "i18n": {"ja": {...}}: a lesson's title and description, a grader step's name */
 static const cJSON *kj_get_ja(const cJSON *o)
 {
 	const cJSON *i18n = cJSON_GetObjectItemCaseSensitive(o, "i18n");
@@ -209,7 +209,9 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	cJSON_ArrayForEach(it, a)
 	{
 		struct grader_step *st = &l->steps[l->nsteps++];
+		const cJSON *sja = cJSON_IsObject(it) ? kj_get_ja(it) : NULL;
 		if (!cJSON_IsObject(it) || get_str(it, "name", 1, &st->name, err, errlen) < 0 ||
+		    (sja && get_str(sja, "name", 0, &st->name_ja, err, errlen) < 0) ||
 		    get_str(it, "command", 1, &st->command, err, errlen) < 0 ||
 		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
@@ -295,6 +297,7 @@ void lesson_free(struct lesson *l)
 	}
 	for (size_t i = 0; i < l->nsteps; i++) {
 		free(l->steps[i].name);
+		free(l->steps[i].name_ja);
 		free(l->steps[i].command);
 	}
 	free(l->files);
