@@ -13,10 +13,8 @@ start before the file exists; until then everything is refused).
                  503 {"ready": false, "state": "booting" | "setup_running" |
                       "setup_failed" | "setup_finished",
                       "exit_code": N | null, "log_tail": "..."}
-    GET  /ready?wait=S  the same, held up to S seconds (0..60) until the flag
-                 appears or setup fails (the flag is looked for every 10 ms),
-                 so that labvm sees readiness at once instead of at its next
-                 look; 400 for a wait that is not a number in range.
+    GET  /ready?wait=S  the same, held up to S s (0..60, else 400) until the
+                 flag appears or setup fails: labvm sees readiness at once.
     POST /run    {"cmd": "...", "timeout_s": 30}  (timeout optional, max 300)
                  200 {"exit_code": N | null, "stdout": "...", "stderr": "...",
                       "timed_out": bool, "truncated": bool, "duration_ms": N}
@@ -93,37 +91,25 @@ def log_tail(path, size=LOG_TAIL):
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
 
 
-READY_WAIT_MAX = 60.0
-READY_WAIT_STEP = 0.01
+READY_WAIT_MAX, READY_WAIT_STEP = 60.0, 0.01  # the flag is looked for every 10 ms
 
 
-def parse_wait(query):
-    """The wait=S of /ready's query string, in seconds (0 when absent)."""
-    for part in query.split("&"):
-        k, _, v = part.partition("=")
-        if k == "wait":
-            try:
-                w = float(v)
-            except ValueError:
-                raise ValueError("wait must be a number of seconds") from None
-            if not 0 <= w <= READY_WAIT_MAX:  # also refuses nan
-                raise ValueError("wait must be between 0 and %g seconds" % READY_WAIT_MAX)
-            return w
-    return 0.0
-
-
-def ready_wait(wait):
-    """ready_status(), held until the flag appears, setup ends, or wait passes."""
-    end = time.monotonic() + wait
+def ready_wait(query):
+    """ready_status(), held up to ?wait=S seconds until the flag appears or
+    setup fails (setup_finished is not the end: the flag follows it)."""
+    w = dict(p.partition("=")[::2] for p in query.split("&")).get("wait", "0")
+    try:
+        w = float(w)
+    except ValueError:
+        raise ValueError("wait must be a number of seconds") from None
+    if not 0 <= w <= READY_WAIT_MAX:  # also refuses nan
+        raise ValueError("wait must be between 0 and %g seconds" % READY_WAIT_MAX)
+    end = time.monotonic() + w
     while True:
         code, body = ready_status()
-        # setup_finished is not the end: the flag follows it
-        if code == 200 or body["state"] == "setup_failed":
+        if code == 200 or body["state"] == "setup_failed" or time.monotonic() >= end:
             return code, body
-        left = end - time.monotonic()
-        if left <= 0:
-            return code, body
-        time.sleep(min(READY_WAIT_STEP, left))
+        time.sleep(min(READY_WAIT_STEP, max(0.0, end - time.monotonic())))
 
 
 def ready_status():
@@ -303,10 +289,9 @@ class Handler(BaseHTTPRequestHandler):
                               close=True)
         if path == "/ready":
             try:
-                wait = parse_wait(query)
+                return self.send_json(*ready_wait(query))
             except ValueError as e:
                 return self.error(400, "bad_request", str(e))
-            return self.send_json(*ready_wait(wait))
         if path == "/tty-size":
             try:
                 cols, rows = parse_tty_size(body)
