@@ -204,11 +204,43 @@ static int driver_wait(struct labctx *x, struct session *s, struct session_due d
 	return -1;
 }
 
+/* One process drives a session at a time (sql/locks.md, 7304): 1 this one
+ * does now, 0 another one does, -1 database trouble. */
+static int drive_lock(struct labctx *x, const char *id, int take)
+{
+	const char *p[1] = {id};
+	PGresult *r = db_exec(&x->db,
+	                      take ? "SELECT pg_try_advisory_lock(7304, hashtext($1))"
+	                           : "SELECT pg_advisory_unlock(7304, hashtext($1))",
+	                      1, p);
+	if (!r)
+		return -1;
+	int got = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	return got;
+}
+
+static void driver_step(struct labctx *x, const char *id, double *next_at, int *done);
+
 static void driver_round(struct labctx *x, const char *id, double *next_at, int *done)
 {
-	struct session s;
 	*done = 0;
 	*next_at = util_mono_s() + RETRY_S;
+	int lk = drive_lock(x, id, 1);
+	if (lk <= 0) {
+		/* another process drives it (or the database is away): look again
+		 * later, in case that one stops */
+		*next_at = util_mono_s() + (lk == 0 ? 1.0 : RETRY_S);
+		return;
+	}
+	driver_step(x, id, next_at, done);
+	if (drive_lock(x, id, 0) < 0)
+		db_close(&x->db); /* a session lock must not outlive the round */
+}
+
+static void driver_step(struct labctx *x, const char *id, double *next_at, int *done)
+{
+	struct session s;
 	int rc = session_load(x, id, &s);
 	if (rc == SESSION_NONE) {
 		*done = 1;

@@ -104,12 +104,13 @@ def ready_wait(query):
         raise ValueError("wait must be a number of seconds") from None
     if not 0 <= w <= READY_WAIT_MAX:  # also refuses nan
         raise ValueError("wait must be between 0 and %g seconds" % READY_WAIT_MAX)
-    end = time.monotonic() + w
-    while True:
-        code, body = ready_status()
-        if code == 200 or body["state"] == "setup_failed" or time.monotonic() >= end:
-            return code, body
+    end, sd = time.monotonic() + w, CONF["state_dir"]
+    while time.monotonic() < end and not os.path.exists(os.path.join(sd, "ready")):
+        if os.path.exists(os.path.join(sd, "setup.rc")) and ready_status()[1]["state"] == \
+                "setup_failed":
+            break
         time.sleep(min(READY_WAIT_STEP, max(0.0, end - time.monotonic())))
+    return ready_status()  # the whole answer once, at the end (a stat per look till then)
 
 
 def ready_status():
