@@ -13,6 +13,7 @@ session (16 connections, --seconds); a start is POST /api/sessions of a
 light lesson then DELETE, one after another (--starts of them); the start's
 p99 is of those. Needs vm_capacity >= watched + 2."""
 import argparse
+import multiprocessing
 import base64
 import os
 import re
@@ -20,7 +21,6 @@ import selectors
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
@@ -58,6 +58,42 @@ def starts(api, lesson, n):
     return lat
 
 
+def hold_streams(url, watched, n, q, stop):
+    """Open n streams over the watched sessions, read them until stop; put
+    "open" (or an error) when they are open, then (still open, bytes read)."""
+    streams = []
+    try:
+        for i in range(n):
+            user, wsid = watched[i % len(watched)]
+            st = Stream(events_path(wsid), user, base=url, timeout=60)
+            if st.status != 200:
+                q.put(f"stream {i}: {st.status} {st.body}")
+                return
+            streams.append(st)
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        q.put(f"stream: {e}")
+        return
+    sel = selectors.DefaultSelector()
+    for st in streams:
+        st.conn.sock.setblocking(False)
+        sel.register(st.conn.sock, selectors.EVENT_READ, st)
+    q.put("open")
+    got = 0
+    while not stop.is_set():
+        for key, _ in sel.select(0.5):
+            try:
+                data = key.fileobj.recv(65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(key.fileobj)
+                continue
+            got += len(data)
+    q.put((len(sel.get_map()), got))
+    for st in streams:
+        st.close()
+
+
 def measure(a, reader, api_status, sid, auth, api_start):
     p99, rps = wrk_p99(f"{a.url}/api/sessions/{sid}", auth, a.seconds)
     lat = starts(api_start, a.lesson, a.starts)
@@ -68,7 +104,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=int, default=200)
     ap.add_argument("--watched", type=int, default=4)
-    ap.add_argument("--starts", type=int, default=30)
+    ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--lesson", default="linux-basics")
     ap.add_argument("--url", default=os.environ.get("LABVM_URL"))
@@ -82,7 +118,7 @@ def main():
     api_status.wait_state(s["id"])
     sid = s["id"]
     auth = "Basic " + base64.b64encode(f"{status_user}:{api_status.password}".encode()).decode()
-    streams, watched = [], []
+    watched = []
     try:
         p0 = measure(a, None, api_status, sid, auth, api_start)
         print(f"0 streams:   status GET p99 {p0[0]:.1f} ms ({p0[1]:.0f}/s), "
@@ -93,45 +129,28 @@ def main():
             if r.status != 201:
                 sys.exit(f"start test-long-setup: {r}")
             watched.append((api, r.json["id"]))
-        for i in range(a.streams):
-            api, wsid = watched[i % len(watched)]
-            st = Stream(events_path(wsid), api.user, base=a.url, timeout=60)
-            if st.status != 200:
-                sys.exit(f"stream {i}: {st.status} {st.body}")
-            streams.append(st)
-        sel = selectors.DefaultSelector()
-        for st in streams:
-            st.conn.sock.setblocking(False)
-            sel.register(st.conn.sock, selectors.EVENT_READ, st)
-        stop = threading.Event()
-        got = [0]
-
-        def read_all():
-            while not stop.is_set():
-                for key, _ in sel.select(0.5):
-                    try:
-                        data = key.fileobj.recv(65536)
-                    except BlockingIOError:
-                        continue
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        continue
-                    got[0] += len(data)
-        th = threading.Thread(target=read_all, daemon=True)
-        th.start()
+        # the streams live in a process of their own, read as they come (so
+        # this process's GIL does not slow the start loop down)
+        ctx = multiprocessing.get_context("fork")
+        q, stop = ctx.Queue(), ctx.Event()
+        child = ctx.Process(target=hold_streams,
+                            args=(a.url, [(api.user, wsid) for api, wsid in watched],
+                                  a.streams, q, stop))
+        child.start()
+        msg = q.get(timeout=120)
+        if msg != "open":
+            sys.exit(msg)
         time.sleep(2)
         p1 = measure(a, None, api_status, sid, auth, api_start)
-        open_now = len(sel.get_map())
         stop.set()
-        th.join()
+        open_now, nbytes = q.get(timeout=30)
+        child.join(30)
         print(f"{a.streams} streams ({open_now} still open at the end, "
-              f"{got[0]} bytes read): status GET p99 {p1[0]:.1f} ms ({p1[1]:.0f}/s), "
+              f"{nbytes} bytes read): status GET p99 {p1[0]:.1f} ms ({p1[1]:.0f}/s), "
               f"start p99 {p1[2]:.0f} ms (median {p1[3]:.0f} ms)")
         print(f"\nratio with/without streams: status GET p99 {p1[0] / p0[0]:.2f}x, "
               f"start p99 {p1[2] / p0[2]:.2f}x")
     finally:
-        for st in streams:
-            st.close()
         for api, wsid in watched:
             api.end(wsid)
         api_status.end(sid)

@@ -160,8 +160,7 @@ static int driver_wait(struct labctx *x, struct session *s, struct session_due d
 		free(path);
 		free(coll);
 		if (code != 200) {
-			log_debug("session %s: VMI watch: %s", s->id,
-			          code ? x->kube.msg : x->kube.msg);
+			log_debug("session %s: VMI watch: HTTP %ld %s", s->id, code, x->kube.msg);
 			return -1;
 		}
 		return 0;
