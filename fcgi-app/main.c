@@ -20,10 +20,12 @@
 #include <fcgiapp.h>
 
 #include "api.h"
+#include "check_lesson.h"
 #include "config.h"
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "metrics.h"
 #include "stream.h"
 
 static struct cfg cfg;
@@ -51,9 +53,9 @@ static void log_request(const struct req *r, const struct labctx *x)
 	int quiet = strcmp(r->method, "GET") == 0 && r->status < 400 && ms < 100.0;
 	if (quiet && !log_enabled(LOG_DEBUG))
 		return;
-	log_msg(quiet ? LOG_DEBUG : LOG_INFO, "%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)", r->user ? r->user : "-",
-	         r->method, r->path, r->status, ms, x->db.ms,
-	         x->kube.ms, x->kube.calls, x->agent.ms);
+	log_msg(quiet ? LOG_DEBUG : LOG_INFO, "%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)",
+	        r->user ? r->user : "-", r->method, r->path, r->status, ms, x->db.ms, x->kube.ms,
+	        x->kube.calls, x->agent.ms);
 }
 
 static void *worker(void *arg)
@@ -83,6 +85,7 @@ static void *worker(void *arg)
 		req_init(&r, fr, &x);
 		router_dispatch(&r);
 		log_request(&r, &x);
+		api_metrics_request_done(&r);
 		int adopted = r.adopted;
 		req_reset(&r);
 		if (adopted)
@@ -102,7 +105,9 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
 	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
-	           "  --check  load and validate the config and lessons, then exit\n");
+	           "  --check  load and validate the config and lessons, then exit\n"
+	           "  --check LESSON.json...  check lesson files (no config needed): every rule,\n"
+	           "           the setup and grader shell syntax, the rendered cloud-config\n");
 }
 
 int main(int argc, char **argv)
@@ -116,6 +121,9 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
 			listen = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
+			if (i + 1 < argc &&
+			    argv[i + 1][0] != '-') /* the teacher's check of files */
+				return check_lesson_files(argc - i - 1, argv + i + 1);
 			check_only = 1;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
@@ -174,10 +182,12 @@ int main(int argc, char **argv)
 			log_err("cannot start worker %d", i);
 			return 1;
 		}
+	metrics_flusher_start(cfg.database, cfg.environment);
 	if (stream_start(&cfg, &lessons) < 0)
 		return 1;
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
+	metrics_flusher_stop();
 	free(th);
 	stream_stop();
 	log_info("stopped");

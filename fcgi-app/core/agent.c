@@ -7,6 +7,7 @@
 #include "httpc.h"
 #include "jsonx.h"
 #include "log.h"
+#include "metrics.h"
 
 #define AGENT_MAX_BODY (1u << 20)
 
@@ -50,6 +51,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	if (!code)
 		snprintf(a->msg, sizeof a->msg, "agent at %s:%d unreachable: %s", ip, port, why);
 	a->ms += (util_mono_s() - t0) * 1000.0;
+	metrics_call(MC_AGENT, path, util_mono_s() - t0, code == 0 || code >= 500);
 	return code;
 }
 

@@ -63,7 +63,7 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
 
-/* A stage or state change, as recorded by sql/003_session_events.sql: the
+/* A stage or state change, as recorded by sql/005_session_events.sql: the
  * session as it was right after the change (s.t_now is the time of the
  * load), and its id on the event stream. */
 struct session_event {

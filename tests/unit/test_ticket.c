@@ -66,7 +66,9 @@ int main(void)
 	unsigned char mac[EVP_MAX_MD_SIZE];
 	unsigned int maclen = 0;
 	CHECK(HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)msg,
-	           strlen(msg), mac, &maclen) != NULL && maclen == 32, "HMAC computed");
+	           strlen(msg), mac, &maclen) != NULL &&
+	          maclen == 32,
+	      "HMAC computed");
 	char *m64 = util_b64url(mac, maclen);
 	char *signed_msg = xasprintf("%s.%s", msg, m64);
 	CHECK(ticket_verify(key, sizeof key - 1, signed_msg, 1900000000, &t) == TICKET_MALFORMED,
@@ -74,11 +76,12 @@ int main(void)
 	/* the same construction with every field verifies: the signing above is
 	 * the real one, so the refusal is the missing fields' */
 	char *full = xasprintf("{\"sid\":\"%s\",\"u\":\"student1\",\"vm\":\"lab-0b7e\","
-	                       "\"exp\":2000000000,\"n\":\"0123456789abcdef0123456789abcdef\"}", sid);
+	                       "\"exp\":2000000000,\"n\":\"0123456789abcdef0123456789abcdef\"}",
+	                       sid);
 	char *f64 = util_b64url(full, strlen(full));
 	char *fmsg = xasprintf("v1.%s", f64);
-	HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)fmsg, strlen(fmsg), mac,
-	     &maclen);
+	HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)fmsg, strlen(fmsg),
+	     mac, &maclen);
 	char *fm64 = util_b64url(mac, maclen);
 	char *fsigned = xasprintf("%s.%s", fmsg, fm64);
 	CHECK(ticket_verify(key, sizeof key - 1, fsigned, 1900000000, &t) == TICKET_OK,
