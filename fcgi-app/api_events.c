@@ -50,8 +50,8 @@ static void write_head(struct req *r, int status)
 	             "X-Accel-Buffering: no\r\n"
 	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
 	             "\r\n",
-	             status, status == 204 ? "No Content" : "OK", x->db.ms, x->kube.ms,
-	             x->agent.ms, (util_mono_s() - r->t0) * 1000.0);
+	             status, status == 204 ? "No Content" : "OK", x->db.ms, x->kube.ms, x->agent.ms,
+	             (util_mono_s() - r->t0) * 1000.0);
 	if (status == 200)
 		FCGX_PutS("retry: 2000\n\n", r->fr->out);
 }

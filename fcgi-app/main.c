@@ -53,9 +53,10 @@ static void log_request(const struct req *r, const struct labctx *x)
 	int quiet = strcmp(r->method, "GET") == 0 && r->status < 400 && ms < 100.0;
 	if (quiet && !log_enabled(LOG_DEBUG))
 		return;
-	log_msg(quiet ? LOG_DEBUG : LOG_INFO, "%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)",
-	        r->user ? r->user : "-", r->method, r->path, r->status, ms, x->db.ms, x->kube.ms,
-	        x->kube.calls, x->agent.ms);
+	log_msg(quiet ? LOG_DEBUG : LOG_INFO,
+	        "%s %s %s %d %.1fms (db %.1f, kube %.1f/%u, agent %.1f)", r->user ? r->user : "-",
+	        r->method, r->path, r->status, ms, x->db.ms, x->kube.ms, x->kube.calls,
+	        x->agent.ms);
 }
 
 static void *worker(void *arg)

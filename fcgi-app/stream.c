@@ -21,14 +21,14 @@
 #include "log.h"
 #include "session.h"
 
-#define EVENT_CHANNEL "labvm_session_event"
-#define CATCHUP_LIMIT 100
-#define SEND_TIMEOUT_S 2       /* a client that reads nothing for this long is dropped */
-#define RECONNECT_S 0.5        /* between attempts to reach the database again */
-#define HOLD_MS 10000          /* a driver's longest watch or held /ready */
-#define HOLD_BUSY_MS 500       /* ... when other watched starts wait for a driver */
-#define RETRY_S 0.5            /* after a watch or agent call that failed at once */
-#define AGENT_RETRY_MS 20      /* an agent not listening yet: asked again after this */
+#define EVENT_CHANNEL  "labvm_session_event"
+#define CATCHUP_LIMIT  100
+#define SEND_TIMEOUT_S 2     /* a client that reads nothing for this long is dropped */
+#define RECONNECT_S    0.5   /* between attempts to reach the database again */
+#define HOLD_MS        10000 /* a driver's longest watch or held /ready */
+#define HOLD_BUSY_MS   500   /* ... when other watched starts wait for a driver */
+#define RETRY_S        0.5   /* after a watch or agent call that failed at once */
+#define AGENT_RETRY_MS 20    /* an agent not listening yet: asked again after this */
 
 struct watcher {
 	FCGX_Request *fr;
@@ -291,7 +291,8 @@ static void *driver(void *arg)
 			struct timeval tv;
 			gettimeofday(&tv, NULL);
 			double wait = soonest - now;
-			double at = (double)tv.tv_sec + (double)tv.tv_usec / 1e6 + (wait > 0 ? wait : 0);
+			double at =
+			    (double)tv.tv_sec + (double)tv.tv_usec / 1e6 + (wait > 0 ? wait : 0);
 			ts.tv_sec = (time_t)at;
 			ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
 			pthread_cond_timedwait(&jcond, &jmu, &ts);

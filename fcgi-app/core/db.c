@@ -100,7 +100,8 @@ PGresult *db_exec_prepared(struct db *d, unsigned slot, const char *sql, int n,
 	if (!(d->prepared & (1u << slot))) {
 		r = PQprepare(d->conn, name, sql, n, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+			set_msg(d, "database",
+			        r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
 			if (PQstatus(d->conn) != CONNECTION_OK)
 				d->broken = 1;
 			PQclear(r);

@@ -236,9 +236,9 @@ int session_load(struct labctx *x, const char *id, struct session *s)
 int session_load_active(struct labctx *x, const char *user, struct session *s)
 {
 	const char *p[2] = {x->cfg->environment, user};
-	return load_where(
-	    x, 1, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p,
-	    s);
+	return load_where(x, 1,
+	                  "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')",
+	                  2, p, s);
 }
 
 static int reload(struct labctx *x, struct session *s)
