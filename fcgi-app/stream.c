@@ -273,6 +273,9 @@ static void *driver(void *arg)
 	(void)arg;
 	if (labctx_init(&x, cfg, lessons) < 0)
 		return NULL;
+	/* a driver waits long on the agent: never on a connection kept from
+	 * another guest that had the same address */
+	x.agent.fresh = 1;
 	pthread_mutex_lock(&jmu);
 	while (!stopping) {
 		struct job *pick = NULL;

@@ -13,6 +13,10 @@ struct agent {
 	struct buf body;
 	char msg[512];
 	double ms;
+	/* every call on a new connection: a kept one may lead to a guest that
+	 * is gone, whose address a new guest now has (no RST: the call would
+	 * wait for its whole timeout) */
+	int fresh;
 };
 
 int agent_init(struct agent *a);

@@ -92,6 +92,10 @@ long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg
 		SET(CURLOPT_CAINFO, rq->ca_file);
 	if (rq->no_proxy)
 		SET(CURLOPT_NOPROXY, "*");
+	if (rq->fresh) {
+		SET(CURLOPT_FRESH_CONNECT, 1L);
+		SET(CURLOPT_FORBID_REUSE, 1L);
+	}
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, rq->connect_timeout_ms);
 	SET(CURLOPT_TIMEOUT_MS, rq->timeout_ms);

@@ -23,6 +23,7 @@ struct httpc_req {
 	long connect_timeout_ms, timeout_ms;
 	size_t max_body; /* a longer answer fails the call */
 	int no_proxy;    /* connect directly, whatever the *_proxy variables say */
+	int fresh;       /* a new connection, not kept afterwards */
 	/* optional: every answer header line (CURLOPT_HEADERFUNCTION) */
 	size_t (*on_header)(char *data, size_t size, size_t nmemb, void *ud);
 	void *header_ud;
