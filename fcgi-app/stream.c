@@ -138,19 +138,26 @@ static int on_vmi_event(const cJSON *ev, void *ud)
 	return strcmp(w->first, phase) != 0;
 }
 
-/* Wait for the next thing that can move s on, at most hold_ms. 0 something
- * may have happened (look again at once), -1 the wait failed (retry later). */
-static int driver_wait(struct labctx *x, struct session *s, struct session_due d, int hold_ms)
+/* Wait for the next thing that can move s on, at most hold_ms: for its
+ * first machine not ready yet, its VMI's phase (not Running yet) or its
+ * agent's flag, bounded by that machine's deadline. 0 something may have
+ * happened (look again at once), -1 the wait failed (retry later). */
+static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 {
-	double left_ms = d.deadline > 0 ? (d.deadline - s->t_now) * 1000.0 + 50 : hold_ms;
+	struct session_vm *vm = NULL;
+	for (size_t i = 0; i < s->nvms && !vm; i++)
+		if (s->vms[i].stage != STAGE_READY && !s->vms[i].deleted)
+			vm = &s->vms[i];
+	if (!vm || s->t_submitted <= 0)
+		return -1; /* nothing to wait for, or the submission is in flight */
+	double deadline = vm->running_at ? vm->t_running + s->ready_timeout_s
+	                                 : s->t_submitted + s->running_timeout_s;
+	double left_ms = (deadline - s->t_now) * 1000.0 + 50;
 	int wait_ms = left_ms < hold_ms ? (int)(left_ms > 0 ? left_ms : 0) : hold_ms;
-	struct session_vm *vm = &s->vms[0];
 
 	if (wait_ms <= 0)
 		return -1; /* overdue: session_advance() decides, the next round */
-	if (d.what == DUE_RUNNING) {
-		if (s->t_submitted <= 0)
-			return -1; /* submission in flight */
+	if (!vm->running_at) {
 		char *coll = kube_path("virtualmachineinstances", x->cfg->namespace_, NULL);
 		char *path = xasprintf("%s?watch=true&fieldSelector=metadata.name%%3D%s"
 		                       "&timeoutSeconds=%d",
@@ -165,7 +172,7 @@ static int driver_wait(struct labctx *x, struct session *s, struct session_due d
 		}
 		return 0;
 	}
-	if (d.what == DUE_READY) {
+	{
 		if (!vm->ip)
 			return -1;
 		/* until the flag (or a failed setup), within wait_ms: an agent not
@@ -184,11 +191,8 @@ static int driver_wait(struct labctx *x, struct session *s, struct session_due d
 			const char *st = kj_str(detail, "state");
 			int setup_over = st && !strcmp(st, "setup_failed");
 			cJSON_Delete(detail);
-			if (r == AGENT_READY) {
-				/* record it now (the same conditional UPDATE as the status GET) */
-				session_mark_ready(x, s);
-				return 0;
-			}
+			if (r == AGENT_READY)
+				return 0; /* the next round records it, as the status GET does */
 			if (setup_over)
 				return 0;
 			/* an agent that answers at once without holding (an older one) */
@@ -256,13 +260,12 @@ static void driver_step(struct labctx *x, const char *id, double *next_at, int *
 		session_free(&s);
 		return;
 	}
-	struct session_due d = session_due(&s, s.t_now);
 	pthread_mutex_lock(&jmu);
 	int others = 0;
 	for (size_t i = 0; i < njobs; i++)
 		others += !jobs[i].busy && jobs[i].watchers > 0;
 	pthread_mutex_unlock(&jmu);
-	if (s.nvms && driver_wait(x, &s, d, others ? HOLD_BUSY_MS : HOLD_MS) == 0)
+	if (s.nvms && driver_wait(x, &s, others ? HOLD_BUSY_MS : HOLD_MS) == 0)
 		*next_at = util_mono_s();
 	session_free(&s);
 }

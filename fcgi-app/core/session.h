@@ -30,6 +30,13 @@ struct session_vm {
 	char *token; /* agent bearer token: secret, never in JSON or logs */
 	char *ip;
 	int deleted;
+	/* per machine (sql/005_machines.sql) */
+	char *machine; /* the lesson's machine name; NULL for a single-machine lesson */
+	int stage;     /* enum session_stage */
+	char *running_at, *ready_at;
+	double t_running; /* epoch seconds, 0 when unset */
+	char *disk_source, *fallback_reason;
+	char *net_ip; /* address on the session network (CIDR), NULL without one */
 };
 
 /* The closed sets of sql/001_sessions.sql, parsed once when a row is loaded. */
@@ -53,7 +60,11 @@ struct session {
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
 	size_t nvms;
+	char *network; /* the session's NetworkAttachmentDefinition, NULL when none */
 };
+
+/* The VM of machine `name` (NULL or "": the first); NULL when none. */
+struct session_vm *session_vm_find(const struct session *s, const char *name);
 
 enum { SESSION_FOUND = 0, SESSION_NONE = 1, SESSION_DBERR = -1 };
 
@@ -63,7 +74,7 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
 
-/* A stage or state change, as recorded by sql/005_session_events.sql: the
+/* A stage or state change, as recorded by sql/006_session_events.sql: the
  * session as it was right after the change (s.t_now is the time of the
  * load), and its id on the event stream. */
 struct session_event {
@@ -111,11 +122,6 @@ cJSON *session_json(const struct session *s);
 /* Move a starting session on (readiness, deadlines) and end an expired one;
  * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
-
-/* Record that the agent reported the ready flag (a conditional UPDATE: the
- * first to see it wins; the lesson's minutes start now); reloads s.
- * 0 ok, -1 database trouble. */
-int session_mark_ready(struct labctx *x, struct session *s);
 
 /* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
  * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */

@@ -1,4 +1,4 @@
--- labvm migration 005: the session's event log, for GET /api/sessions/{id}/events.
+-- labvm migration 006: the session's event log, for GET /api/sessions/{id}/events.
 -- Idempotent.
 --
 -- Every stage or state change of a session (whoever makes it: labvm.fcgi,
@@ -35,3 +35,26 @@ CREATE TRIGGER sessions_event_update
 	FOR EACH ROW
 	WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.stage IS DISTINCT FROM NEW.stage)
 	EXECUTE FUNCTION labvm_session_event();
+
+-- A machine's own stage (session_vms.stage) is an event of its session too
+-- when the session has several machines (with one, the session's stage is
+-- the machine's and already makes the event): the session row as it is,
+-- and the notification.
+CREATE OR REPLACE FUNCTION labvm_session_vm_event() RETURNS trigger
+	LANGUAGE plpgsql AS $$
+BEGIN
+	IF (SELECT count(*) FROM session_vms WHERE session_id = NEW.session_id) < 2 THEN
+		RETURN NULL;
+	END IF;
+	INSERT INTO session_events (session_id, snapshot)
+		SELECT s.id, to_jsonb(s) FROM sessions s WHERE s.id = NEW.session_id;
+	PERFORM pg_notify('labvm_session_event', NEW.session_id::text);
+	RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS session_vms_event_update ON session_vms;
+CREATE TRIGGER session_vms_event_update
+	AFTER UPDATE OF stage ON session_vms
+	FOR EACH ROW
+	WHEN (OLD.stage IS DISTINCT FROM NEW.stage)
+	EXECUTE FUNCTION labvm_session_vm_event();
