@@ -372,6 +372,7 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 
 /* Fail the session because of machine vm: the error names the stage (and,
  * in a session of several machines, the machine). */
+static void set_stage(struct labctx *x, struct session *s, enum session_stage stage);
 static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
 
@@ -381,6 +382,10 @@ static int fail(struct labctx *x, struct session *s, const struct session_vm *vm
 	va_list ap;
 	char msg[1024];
 	int n;
+	/* the session's stage is where it failed, even when the failure came in
+	 * the same pass as the step that led there (a setup that fails at once) */
+	if (vm && vm->stage > (int)s->stage && vm->stage < (int)STAGE_READY)
+		set_stage(x, s, (enum session_stage)vm->stage);
 	if (vm && vm->machine)
 		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
 		             session_stage_str((enum session_stage)vm->stage));
@@ -512,6 +517,10 @@ static enum look advance_ready(struct labctx *x, struct session *s, struct sessi
 	enum agent_ready r = AGENT_UNREACHABLE;
 	enum look rc = LOOK_SAME;
 
+	/* the VM runs: whatever its row said when it was loaded, a failure from
+	 * here on is a failure while setting up */
+	if (vm->stage < (int)STAGE_SETTING_UP)
+		vm->stage = STAGE_SETTING_UP;
 	if (!vm->ip) {
 		/* Running was seen before the VMI reported its address: ask again */
 		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
