@@ -451,6 +451,15 @@ int cmd_readiness(struct opts *o)
 		}
 	}
 
+	if (o->pool > 0) {
+		/* the warm pool beside cold starts (poolbench.c) */
+		rc = bench_pool_run(o, have_kube ? &k : NULL, profile);
+		if (have_kube && o->sim_profile && prev_profile[0])
+			bench_sim_profile(&k, prev_profile, prev_scale, NULL, 0, NULL);
+		if (have_kube)
+			bench_kube_free(&kc, &k);
+		return rc;
+	}
 	r.o = o;
 	r.have_kube = have_kube;
 	pthread_mutex_init(&r.mu, NULL);

@@ -4,6 +4,7 @@
  *
  *   1. pg_advisory_xact_lock on the user      -> a double click yields one session
  *   2. an open session?                       -> 409 session_exists, naming it
+ *   2b. a ready VM of the lesson's warm pool? -> claim it (pool.c): ready at once
  *   3. golden disk usable?                    -> else containerDisk, reason recorded
  *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
  *      (a cluster already full is refused before queueing for the lock)
@@ -31,6 +32,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "pool.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -70,6 +72,7 @@ struct start {
 	char network[64]; /* the NAD, multi only */
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
+	int claimed;      /* a warm pool VM was claimed (2b): nothing to submit */
 	enum api_err err; /* a refusal, answered after the way back */
 	cJSON *answer;
 };
@@ -312,6 +315,16 @@ static enum step admit(struct req *r, struct start *st)
 		return STEP_REFUSED;
 	}
 
+	/* 2b: a ready pool VM of this lesson (pool.c; single-machine lessons); it
+	 * already holds its seat, so a claim needs no capacity count */
+	int pc = pool_claim(x, st->lesson, r->user, r->t_wall, st->sid);
+	if (pc == POOL_DBERR)
+		return STEP_DB;
+	if (pc == POOL_CLAIMED) {
+		st->claimed = 1;
+		return STEP_OK;
+	}
+
 	/* 3: the golden disk, or the silent fallback: per machine */
 	for (size_t i = 0; i < st->n; i++) {
 		struct start_vm *v = &st->vms[i];
@@ -420,8 +433,30 @@ enum hres api_session_create(struct req *r)
 	for (size_t i = 0; i < st.n; i++)
 		st.vms[i].m = lesson_machine(st.lesson, i);
 	enum step rc = admit(r, &st);
-	if (rc == STEP_OK)
+	if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL) {
+		/* students first: an idle pool VM gives its seat, admission once more */
+		db_rollback(&x->db);
+		int y = pool_yield(x, st.lesson->id);
+		if (y < 0)
+			return api_db_error(r);
+		if (y > 0) {
+			cJSON_Delete(st.answer);
+			st.answer = NULL;
+			st.err = 0;
+			buf_reset(&r->headers); /* the refusal's Retry-After */
+			rc = admit(r, &st);
+		}
+	}
+	if (rc == STEP_OK && st.claimed) {
+		if (db_commit(&x->db) < 0) {
+			log_err("user %s: database failed after claiming a pool VM: %s", r->user,
+			        x->db.msg);
+			rc = refuse(&st, E_DB_UNAVAILABLE,
+			            "the database is unavailable: try again shortly");
+		}
+	} else if (rc == STEP_OK) {
 		rc = submission(r, &st);
+	}
 	for (size_t i = 0; i < st.n; i++)
 		OPENSSL_cleanse(st.vms[i].token, sizeof st.vms[i].token);
 	if (rc != STEP_OK) {
@@ -436,7 +471,7 @@ enum hres api_session_create(struct req *r)
 		free(st.vms);
 		return h;
 	}
-	for (size_t i = 0; i < st.n; i++)
+	for (size_t i = 0; !st.claimed && i < st.n; i++)
 		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
 		         "use)",
 		         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,

@@ -26,6 +26,7 @@
 #include "lesson.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 #include "stream.h"
 
 static struct cfg cfg;
@@ -89,10 +90,13 @@ static void *worker(void *arg)
 		api_metrics_request_done(&r);
 		int adopted = r.adopted;
 		req_reset(&r);
-		if (adopted)
+		if (adopted) {
 			fr = NULL;
-		else
+		} else {
 			FCGX_Finish_r(fr);
+			pool_after_request(
+			    &x); /* a claim's replacement, after the answer went out */
+		}
 	}
 	if (fr) {
 		FCGX_Free(fr, 1);

@@ -14,7 +14,12 @@
  *   4. active sessions whose VM vanished from the cluster fail
  *   5. objects without an active session are orphans: deleted when their
  *      session ended or failed, or, without any session row, once older than
- *      the grace period (an in-flight start is never raced)
+ *      the grace period (an in-flight start is never raced); a warm pool VM
+ *      (<prefix>/pool label) that the pool still owns (pool_owns: starting,
+ *      ready, or claimed by an active session) is not an orphan
+ *   6. the warm pool's tick (pool.h): stale, failed and vanished pool VMs
+ *      are replaced, each lesson's pool filled to its target (skipped when
+ *      the lessons cannot be loaded: no "lesson gone" on partial knowledge)
  * Objects of another environment, or without the marker, are never touched.
  * One summary line per run; one line per deletion with its reason. */
 #include <errno.h>
@@ -29,6 +34,7 @@
 #include "lab.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 #include "session.h"
 
 #define LOCK_REAPER "7303"
@@ -44,6 +50,7 @@ struct obj {
 	char *session_id; /* label value, may be NULL */
 	double age_s;
 	int done; /* deleted (or found deleted) during this run */
+	int pool; /* carries the warm pool's label */
 };
 
 struct objs {
@@ -117,6 +124,7 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		    cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_session);
 		const cJSON *env = cJSON_GetObjectItemCaseSensitive(labels, c->label.environment);
 		const cJSON *sid = cJSON_GetObjectItemCaseSensitive(labels, c->label.session_id);
+		const cJSON *pool = cJSON_GetObjectItemCaseSensitive(labels, c->label.pool);
 		const char *name = kj_str(it, "metadata.name");
 		/* never trust the selector alone with deletions */
 		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
@@ -127,6 +135,7 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		o->kind = xstrdup(kind);
 		o->name = xstrdup(name);
 		o->session_id = cJSON_IsString(sid) ? xstrdup(sid->valuestring) : NULL;
+		o->pool = cJSON_IsString(pool);
 		o->age_s = parse_age(kj_str(it, "metadata.creationTimestamp"), now);
 	}
 out:
@@ -276,6 +285,14 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		int is_active = 0;
 		if (o->done)
 			continue;
+		if (o->pool) {
+			/* a healthy pool VM belongs to the pool's tick, not to the orphans */
+			int own = pool_owns(x, o->kind, o->name);
+			if (own < 0)
+				k->errors++;
+			if (own != 0)
+				continue;
+		}
 		for (size_t j = 0; o->session_id && j < nactive; j++)
 			if (strcmp(active[j], o->session_id) == 0)
 				is_active = 1;
@@ -328,7 +345,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	struct cfg cfg;
-	struct lessons none = {0};
+	struct lessons lessons = {0};
+	struct pool_counts pk = {0};
+	int have_lessons = 0;
 	struct labctx x;
 	struct counts k = {0};
 	struct objs vms = {0}, secrets = {0}, nets = {0};
@@ -367,7 +386,11 @@ int main(int argc, char **argv)
 	if (grace >= 0)
 		cfg.orphan_grace_s = grace;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (labctx_init(&x, &cfg, &none) < 0)
+	if (lessons_load(cfg.lessons_dir, &lessons, err, sizeof err) < 0)
+		log_warn("lessons: %s; the warm pool is not kept this run", err);
+	else
+		have_lessons = 1;
+	if (labctx_init(&x, &cfg, &lessons) < 0)
 		return 1;
 
 	const char *pl[1] = {cfg.environment};
@@ -413,14 +436,19 @@ int main(int argc, char **argv)
 	orphans(&x, &vms, ids, nids, &k);
 	orphans(&x, &secrets, ids, nids, &k);
 	orphans(&x, &nets, ids, nids, &k);
+	/* 6: the warm pool */
+	if (have_lessons && !dry_run && pool_tick(&x, NULL, &pk) < 0)
+		k.errors++;
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
 	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
-	       "kept_young=%d errors=%d status=%s duration_ms=%.0f\n",
+	       "kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d pool_stale=%d "
+	       "pool_surplus=%d pool_vanished=%d errors=%d status=%s duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.kept_young, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
+	       k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale, pk.surplus,
+	       pk.vanished, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)
@@ -430,6 +458,7 @@ out:
 	objs_free(&secrets);
 	objs_free(&nets);
 	labctx_cleanup(&x);
+	lessons_free(&lessons);
 	cfg_free(&cfg);
 	curl_global_cleanup();
 	return rc;

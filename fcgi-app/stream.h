@@ -6,7 +6,7 @@
  * then hands its FCGX_Request to this process's one stream thread
  * (stream_adopt) and goes back to accepting requests. The stream thread
  * polls every open stream's socket (a closed or aborted client drops it),
- * LISTENs on PostgreSQL channel labvm_session_event (sql/006) on a
+ * LISTENs on PostgreSQL channel labvm_session_event (sql/007) on a
  * connection of its own, and on each notification writes the session's
  * new events (session_events_load) to the streams of that session; a
  * comment line keeps idle streams open; when the database comes back after

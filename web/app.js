@@ -334,6 +334,8 @@
     $('failed-again').disabled = false;
     if (r.status === 201 && r.data.id) {
       S.termOnReady = true;
+      // a prepared machine from the warm pool: ready at the press
+      if (r.data.pool && r.data.state === 'ready') S.note = 'pool';
       showSession(r.data, true);
       return;
     }
@@ -500,8 +502,9 @@
 
   function renderNote(id) {
     const p = $(id);
-    p.hidden = S.note !== 'exists';
-    p.textContent = S.note === 'exists' ? t('exists.note') : '';
+    const note = S.note === 'exists' || S.note === 'pool' ? S.note : null;
+    p.hidden = !note;
+    p.textContent = note ? t(note + '.note') : '';
   }
 
   function renderStarting(s) {

@@ -31,6 +31,7 @@ window.LABVM_TEXTS = {
     'capacity.retry': 'Try again',
 
     'exists.note': 'You already have a lab open (perhaps in another tab or window): here it is.',
+    'pool.note': 'Ready instantly (prepared machine).',
 
     'stage.submitted': 'Request submitted',
     'stage.scheduling': 'Finding a place for your machine',
@@ -134,6 +135,7 @@ window.LABVM_TEXTS = {
     'capacity.retry': 'もう一度試す',
 
     'exists.note': 'すでに演習が開いています (別のタブやウィンドウかもしれません)。ここに表示します。',
+    'pool.note': 'すぐに準備できました (用意済みのマシン)。',
 
     'stage.submitted': 'リクエスト送信済み',
     'stage.scheduling': 'マシンの配置先を確保中',

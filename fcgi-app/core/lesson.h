@@ -55,6 +55,8 @@ struct lesson {
 	char *machine;
 	struct lesson *machines;
 	size_t nmachines;
+	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
 };
 
 /* How many VMs a session of this lesson has, and the i-th one's lesson. */

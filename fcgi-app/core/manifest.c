@@ -71,7 +71,12 @@ cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const cha
 {
 	cJSON *l = jx_obj();
 	jx_add_str(l, c->label.lab_session, "true");
-	jx_add_str(l, c->label.session_id, n->session_id);
+	if (n->pool_hash[0]) {
+		jx_add_str(l, c->label.pool, lesson_id);
+		jx_add_str(l, c->label.lesson_hash, n->pool_hash);
+	} else {
+		jx_add_str(l, c->label.session_id, n->session_id);
+	}
 	jx_add_str(l, c->label.environment, c->environment);
 	jx_add_str(l, c->label.lesson, lesson_id);
 	if (n->machine[0])

@@ -1,7 +1,8 @@
 /* manifest.h - the cluster objects of a lab session, built with cJSON.
  *
  * Every object carries the labels <prefix>/lab-session: "true",
- * <prefix>/session-id, <prefix>/environment and <prefix>/lesson; the VM's
+ * <prefix>/session-id (a pool VM: <prefix>/pool and <prefix>/lesson-hash
+ * instead), <prefix>/environment and <prefix>/lesson; the VM's
  * template carries them too, so they reach the VMI and the virt-launcher pod.
  * tests/unit/test_manifest.c validates every manifest this file can produce
  * against KubeVirt's OpenAPI schema. */
@@ -22,6 +23,9 @@ struct lab_names {
 	 * its label and its hostname) and the session network's NAD */
 	char machine[MACHINE_NAME_MAX + 1];
 	char network[64]; /* "lab-" + hex + "-net" */
+	/* a pool VM (pool.c): labelled <prefix>/pool = the lesson and
+	 * <prefix>/lesson-hash = this instead of <prefix>/session-id */
+	char pool_hash[41];
 };
 
 /* Names derived from a session id (a UUID). */

@@ -156,6 +156,7 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 	s->t_now = num(r, row, 24);
 	s->network = dup_or_null(r, row, 25);
 	int bad = parse_vms(db_val(r, row, 26), s) < 0;
+	s->pool_vm = dup_or_null(r, row, 27);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	if (bad || unknown) {
 		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
@@ -170,8 +171,8 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 static int load_where(struct labctx *x, unsigned slot, const char *where, int n,
                       const char *const *p, struct session *s)
 {
-	char *sql =
-	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
+	char *sql = xasprintf(
+	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
 	PGresult *r = db_exec_prepared(&x->db, slot, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -196,7 +197,7 @@ int session_events_load(struct labctx *x, const char *id, long long after, int l
 	/* each snapshot is shaped back into a sessions row named "sessions", so
 	 * the one column list (and the one JSON form) serves events too */
 	PGresult *r = db_exec(&x->db,
-	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", e.seq "
+	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm, e.seq "
 	                      "FROM session_events e CROSS JOIN LATERAL "
 	                      "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
 	                      "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
@@ -217,7 +218,7 @@ int session_events_load(struct labctx *x, const char *id, long long after, int l
 			*n = 0;
 			return -1;
 		}
-		e->seq = strtoll(PQgetvalue(r, i, 27), NULL, 10);
+		e->seq = strtoll(PQgetvalue(r, i, 28), NULL, 10);
 		(*n)++;
 	}
 	PQclear(r);
@@ -279,7 +280,7 @@ void session_free(struct session *s)
 	               s->created_at,  s->submitted_at, s->running_at,
 	               s->ready_at,    s->ended_at,     s->expires_at,
 	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at};
+	               s->graded_at,   s->pool_vm};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -328,6 +329,8 @@ cJSON *session_json(const struct session *s)
 	disk = jx_add_obj(o, "disk");
 	jx_add_str(disk, "source", s->disk_source);
 	jx_add_str(disk, "fallback_reason", s->fallback_reason);
+	/* started from a warm pool VM (ready at the press) */
+	jx_add_bool(o, "pool", s->pool_vm != NULL);
 	vms = jx_add_arr(o, "vms");
 	for (size_t i = 0; i < s->nvms; i++) {
 		const struct session_vm *m = &s->vms[i];
@@ -439,6 +442,7 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 
 /* Fail the session because of machine vm: the error names the stage (and,
  * in a session of several machines, the machine). */
+static void set_stage(struct labctx *x, struct session *s, enum session_stage stage);
 static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
 
@@ -448,6 +452,10 @@ static int fail(struct labctx *x, struct session *s, const struct session_vm *vm
 	va_list ap;
 	char msg[1024];
 	int n;
+	/* the session's stage is where it failed, even when the failure came in
+	 * the same pass as the step that led there (a setup that fails at once) */
+	if (vm && vm->stage > (int)s->stage && vm->stage < (int)STAGE_READY)
+		set_stage(x, s, (enum session_stage)vm->stage);
 	if (vm && vm->machine)
 		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
 		             session_stage_str((enum session_stage)vm->stage));
@@ -579,6 +587,10 @@ static enum look advance_ready(struct labctx *x, struct session *s, struct sessi
 	enum agent_ready r = AGENT_UNREACHABLE;
 	enum look rc = LOOK_SAME;
 
+	/* the VM runs: whatever its row said when it was loaded, a failure from
+	 * here on is a failure while setting up */
+	if (vm->stage < (int)STAGE_SETTING_UP)
+		vm->stage = STAGE_SETTING_UP;
 	if (!vm->ip) {
 		/* Running was seen before the VMI reported its address: ask again */
 		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);

@@ -56,6 +56,7 @@ struct session {
 	char *disk_source, *fallback_reason;
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
+	char *pool_vm; /* the warm pool VM this session claimed, or NULL (pool.h) */
 	int running_timeout_s, ready_timeout_s;
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
@@ -74,7 +75,7 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
 
-/* A stage or state change, as recorded by sql/006_session_events.sql: the
+/* A stage or state change, as recorded by sql/007_session_events.sql: the
  * session as it was right after the change (s.t_now is the time of the
  * load), and its id on the event stream. */
 struct session_event {

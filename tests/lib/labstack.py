@@ -311,6 +311,7 @@ class Stack:
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "120",
+            "operators": "operator",
             "log_level": "info",
         }
         with open(self.conf, "w") as f:
@@ -329,6 +330,7 @@ class Stack:
             for i in range(1, (USERS if self.demo else TEST_USERS) + 1):
                 f.write(f"student{i}:{h}\n")
             f.write(f"teacher:{h}\n")
+            f.write(f"operator:{h}\n")
         os.chmod(out, 0o644)
         return out
 

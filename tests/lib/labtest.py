@@ -18,6 +18,9 @@ def reset_world(kube=None, db=None):
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
+    # the warm pool (issue #18): no warm requests, no idle pool VM rows
+    db.query("DELETE FROM pool_warm")
+    db.query("DELETE FROM pool_vms")
     for kind in ("virtualmachines", "secrets", "network-attachment-definitions"):
         for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
             kube.delete(kind, o["metadata"]["name"])

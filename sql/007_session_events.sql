@@ -1,4 +1,4 @@
--- labvm migration 006: the session's event log, for GET /api/sessions/{id}/events.
+-- labvm migration 007: the session's event log, for GET /api/sessions/{id}/events.
 -- Idempotent.
 --
 -- Every stage or state change of a session (whoever makes it: labvm.fcgi,
