@@ -80,8 +80,8 @@ def backend_matrix_matches_rbac_yaml():
 
 @t.test
 def forbidden_message_format():
-    r = B.get(f"/api/v1/namespaces/{NS}/pods")
-    t.eq(r.json.get("message"), f'pods is forbidden: User "{SA}" cannot list resource "pods" '
+    r = B.get(f"/api/v1/namespaces/{NS}/events")
+    t.eq(r.json.get("message"), f'events is forbidden: User "{SA}" cannot list resource "events" '
          f'in API group "" in the namespace "{NS}"', "list message")
     r = B.put(f"{VMS}/rb-vm", A.get(f"{VMS}/rb-vm").json)
     t.eq(r.json.get("message"), f'virtualmachines.kubevirt.io "rb-vm" is forbidden: User "{SA}" '
