@@ -48,6 +48,7 @@ from wsproto.utilities import LocalProtocolError
 import errors
 from resources import BY_PLURAL
 
+from . import spdy
 from .streams import upgrade_websocket
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
@@ -130,6 +131,8 @@ class PodExec:
             raise errors.bad_request("you must specify at least one command for the container")
         g = self._pod_container(ns, name, q)
         up = (self.headers.get("Upgrade") or "").lower()
+        if up == "spdy/3.1":
+            return self.pod_exec_spdy(g, argv, stdin, stdout, stderr, tty)
         key = self.headers.get("Sec-WebSocket-Key")
         if up != "websocket" or not key:
             raise errors.bad_request("Upgrade request required")
@@ -146,6 +149,25 @@ class PodExec:
                                   "InternalError") from None
         upgrade_websocket(self, key, proto)
         ChannelSession(self, proto, proc, master, argv, stdin, stdout, stderr, tty).run()
+
+
+    def pod_exec_spdy(self, g, argv, stdin, stdout, stderr, tty):
+        offered = [p.strip() for h in self.headers.get_all("X-Stream-Protocol-Version") or []
+                   for p in h.split(",") if p.strip()]
+        proto = next((p for p in offered if p in spdy.PROTOCOLS), None)
+        if proto is None:
+            raise errors.bad_request(f"unable to upgrade: unable to negotiate protocol: client "
+                                     f"supports {offered}, server supports "
+                                     f"{list(spdy.PROTOCOLS)}")
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Upgrade", "SPDY/3.1")
+        self.send_header("X-Stream-Protocol-Version", proto)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.settimeout(None)
+        SpdySession(self, g, argv, stdin, stdout, stderr, tty).run()
 
 
 class ChannelSession:
@@ -280,9 +302,7 @@ class ChannelSession:
             code = 128 - code
         if not self.closed:
             try:
-                self.frame(ERROR, json.dumps(exit_status(code, self.argv),
-                                             separators=(",", ":")).encode())
-                self.send(CloseConnection(code=1000))
+                self.end(exit_status(code, self.argv))
             except OSError:
                 pass
         self.closed = True
@@ -290,6 +310,10 @@ class ChannelSession:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def end(self, status):
+        self.frame(ERROR, json.dumps(status, separators=(",", ":")).encode())
+        self.send(CloseConnection(code=1000))
 
     # ----------------------------------------------------------------- run
     def run(self):
@@ -357,3 +381,80 @@ class ChannelSession:
                 time.sleep(0.02)
             if self.proc.poll() is not None:
                 return
+
+
+class SpdySession(ChannelSession):
+    """The same command and channels over SPDY/3.1 streams (spdy.py)."""
+    NAMES = {STDOUT: "stdout", STDERR: "stderr", ERROR: "error"}
+
+    def __init__(self, handler, guest, argv, stdin, stdout, stderr, tty):
+        self.h = handler
+        self.sock = handler.connection
+        self.guest = guest
+        self.argv = argv
+        self.want = {STDIN: stdin, STDOUT: stdout, STDERR: stderr}
+        self.tty = tty
+        self.v5 = False
+        self.closed = False
+        self.stdin_open = stdin
+        self.resize_buf = ""
+        self.proc = self.master = None
+        self.conn = spdy.SpdyConn(handler.rfile, handler.wfile)
+        self.x = spdy.SpdyExec(self.conn, {"stdin": stdin, "stdout": stdout, "stderr": stderr},
+                               tty)
+        self.pending_in = []
+
+    def frame(self, ch, data=b""):
+        self.x.out(self.NAMES.get(ch), data)
+
+    def end(self, status):
+        self.x.finish(status)
+
+    def _stdin(self, data):
+        if self.proc is None:
+            self.pending_in.append(data)
+        else:
+            super()._stdin(data)
+
+    def _close_stdin(self):
+        if self.proc is None:
+            self.pending_close = True
+        else:
+            super()._close_stdin()
+
+    def run(self):
+        out = None
+        self.pending_close = False
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if self.proc is None and self.x.ready.is_set():
+                    self.proc, self.master = self.guest.spawn_exec(self.argv, tty=self.tty)
+                    if not self.want[STDIN] and self.master is None:
+                        self.proc.stdin.close()
+                    for d in self.pending_in:
+                        super()._stdin(d)
+                    if self.pending_close:
+                        super()._close_stdin()
+                    out = threading.Thread(target=self._outputs, daemon=True)
+                    out.start()
+                if self.proc is None and time.monotonic() > deadline:
+                    break          # the kubelet's stream creation timeout
+                if self.closed:
+                    break
+                frame = self.conn.read_frame()
+                self.x.handle(frame, self._stdin, self._close_stdin, self._resize)
+        except (EOFError, OSError, ValueError, spdy.SpdyError):
+            pass
+        finally:
+            if not self.closed and self.proc is not None:
+                self.closed = True
+                self._hangup()
+            self.closed = True
+            if out is not None:
+                out.join(3)
+            if self.master is not None:
+                try:
+                    os.close(self.master)
+                except OSError:
+                    pass

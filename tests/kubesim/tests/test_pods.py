@@ -1,17 +1,25 @@
 #!/usr/bin/python3
 """kubesim: pods as guests (container command, capabilities, Secret volumes,
 readiness probes, container states) and the exec subresource over
-v4/v5.channel.k8s.io (timeout: 180)."""
+v4/v5.channel.k8s.io WebSockets and SPDY/3.1, with python3-kubernetes'
+stream() and Debian's kubectl (timeout: 240)."""
 import asyncio
 import base64
+import fcntl
 import json
+import os
+import pty
+import select
 import ssl
+import struct
+import subprocess
+import termios
 import time
 import urllib.parse
 
 import websockets
 
-from simlib import (PODS, SECRETS, VMS, Sim, cloud_config, secret, vm, wait_for,
+from simlib import (KUBECTL, PODS, SECRETS, VMS, Sim, cloud_config, secret, vm, wait_for,
                     wait_running)
 from tap import T
 
@@ -25,6 +33,7 @@ try:
     NO_PYK = None
 except ImportError:
     NO_PYK = "python3-kubernetes not installed"
+NO_KUBECTL = None if os.access(KUBECTL, os.X_OK) else f"Debian's kubectl not at {KUBECTL}"
 
 
 def lab_pod(name, command, probe=None, caps_drop=("ALL",), secret_name=None, image="debian:12",
@@ -362,6 +371,45 @@ def python3_kubernetes_stream():
     r.run_forever(timeout=10)
     t.ok("22 77" in r.read_stdout(1), "resize through write_channel(4)")
     t.eq(r.returncode, 0, "Success")
+
+
+@t.test(skip=NO_KUBECTL)
+def debian_kubectl_exec_over_spdy():
+    wait_for(lambda: ready("p-main"), 15)
+    kc = sim.kubeconfig(sim.backend_token)
+
+    def k(*args, inp=None):
+        r = subprocess.run([KUBECTL, "--kubeconfig", kc, "--request-timeout=20s"] + list(args),
+                           input=inp, capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+    rc, out, err = k("exec", "p-main", "--", "sh", "-c", "cat /etc/motd; echo e >&2; exit 3")
+    t.eq((rc, out), (3, "welcome\n"), f"exit code and stdout ({err})")
+    t.ok(err.startswith("e\n") and "command terminated with exit code 3" in err, err)
+    rc, out, err = k("exec", "-i", "p-main", "--", "sh", "-c", "tr a-z A-Z; echo end",
+                     inp="from stdin\n")
+    t.eq((rc, out), (0, "FROM STDIN\nend\n"), f"stdin until its end ({err})")
+    # a terminal: kubectl under a pty sends its size on the resize stream
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+        os.execv(KUBECTL, [KUBECTL, "--kubeconfig", kc, "exec", "-it", "p-main", "--",
+                           "sh", "-c", "stty size; exit 6"])
+    out = b""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if r:
+            try:
+                b = os.read(fd, 4096)
+            except OSError:
+                break
+            if not b:
+                break
+            out += b
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    t.ok(b"33 101" in out, "the terminal's size reached the command", out)
+    t.eq(os.waitstatus_to_exitcode(status), 6, "kubectl -it exits with the command's code")
 
 
 @t.test
