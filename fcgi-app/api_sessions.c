@@ -75,11 +75,16 @@ static enum step refuse(struct start *st, enum api_err e, const char *message)
 	return STEP_REFUSED;
 }
 
-/* Count lab VMs in the cluster: every environment, terminating ones included. */
-static long count_lab_vms(struct labctx *x, long *in_use)
+/* Count lab VMs (or lab Pods) in the cluster: every environment, terminating
+ * ones included. A VM's virt-launcher pod carries the lab labels too (they
+ * reach it through the VMI), so lab Pods are the labelled pods that are not
+ * launchers (no kubevirt.io label). */
+static long count_lab(struct labctx *x, enum lesson_runtime rt, long *in_use)
 {
-	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
-	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
+	int pod = rt == RUNTIME_POD;
+	char *path = kube_path(pod ? "pods" : "virtualmachines", x->cfg->namespace_, NULL);
+	char *sel = pod ? xasprintf("%s=true,!kubevirt.io", x->cfg->label.lab_session)
+	                : xasprintf("%s=true", x->cfg->label.lab_session);
 	cJSON *list = NULL;
 	long code = kube_list(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items");
@@ -105,7 +110,7 @@ static int insert_rows(struct req *r, const struct start *st)
 	                     l->id,
 	                     lesson_runtime_str(l->runtime),
 	                     r->x->cfg->environment,
-	                     lesson_disk_str(st->disk),
+	                     l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(st->disk),
 	                     st->fallback,
 	                     rto,
 	                     yto,
@@ -120,7 +125,8 @@ static int insert_rows(struct req *r, const struct start *st)
 	        "to_timestamp($10::float8) + make_interval(mins => $11::int))",
 	        11, p) < 0)
 		return -1;
-	const char *q[4] = {st->names.session_id, st->names.vm, st->names.secret, st->token};
+	const char *q[4] = {st->names.session_id, st->names.vm,
+	                    l->runtime == RUNTIME_POD ? st->names.files : st->names.secret, st->token};
 	return db_cmd(&r->x->db,
 	              "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
 	              "VALUES ($1::uuid, $2, $3, $4)",
@@ -129,8 +135,58 @@ static int insert_rows(struct req *r, const struct start *st)
 
 static void undo_submit(struct labctx *x, const struct start *st)
 {
+	if (st->lesson->runtime == RUNTIME_POD) {
+		delete_quiet(x, "pods", st->names.vm);
+		delete_quiet(x, "secrets", st->names.files);
+		return;
+	}
 	delete_quiet(x, "virtualmachines", st->names.vm);
 	delete_quiet(x, "secrets", st->names.secret);
+}
+
+/* A pod lesson: the files Secret, the Pod, the Secret owned by the Pod. */
+static int submit_pod(struct req *r, struct start *st, char *why, size_t whylen)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	cJSON *secret = manifest_pod_secret(c, &st->names, st->lesson);
+	cJSON *pod = manifest_pod(c, &st->names, st->lesson);
+	cJSON *created = NULL, *patch = NULL;
+	char *spath = kube_path("secrets", c->namespace_, NULL);
+	char *ppath = kube_path("pods", c->namespace_, NULL);
+	char *opath = kube_path("secrets", c->namespace_, st->names.files);
+	int rc = -1;
+	long code;
+
+	st->created = 1;
+	code = kube_create(&x->kube, spath, secret, NULL);
+	if (code != 201 && code != 200) {
+		snprintf(why, whylen, "creating the lab files Secret: %s", x->kube.msg);
+		goto out;
+	}
+	code = kube_create(&x->kube, ppath, pod, &created);
+	const char *uid = kj_str(created, "metadata.uid");
+	if ((code != 201 && code != 200) || !uid) {
+		snprintf(why, whylen, "creating the Pod: %s",
+		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		goto out;
+	}
+	patch = manifest_pod_owner_patch(st->names.vm, uid);
+	code = kube_merge_patch(&x->kube, opath, patch, NULL);
+	if (code != 200) {
+		snprintf(why, whylen, "making the Secret owned by the Pod: %s", x->kube.msg);
+		goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(secret);
+	cJSON_Delete(pod);
+	cJSON_Delete(created);
+	cJSON_Delete(patch);
+	free(spath);
+	free(ppath);
+	free(opath);
+	return rc;
 }
 
 /* Create the Secret and the VM and tie them; on failure say why. From the
@@ -183,7 +239,7 @@ out:
 	return rc;
 }
 
-/* The request: a lesson that exists and runs in a VM. 0 ok, -1 answered. */
+/* The request: a lesson that exists. 0 ok, -1 answered. */
 static int parse_start(struct req *r, struct start *st)
 {
 	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
@@ -194,12 +250,6 @@ static int parse_start(struct req *r, struct start *st)
 	st->lesson = lessons_find(r->x->lessons, lid->valuestring);
 	if (!st->lesson) {
 		resp_error(r, E_UNKNOWN_LESSON, "there is no lesson \"%.100s\"", lid->valuestring);
-		return -1;
-	}
-	if (st->lesson->runtime == RUNTIME_POD) {
-		resp_error(r, E_NOT_IMPLEMENTED,
-		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
-		           st->lesson->id);
 		return -1;
 	}
 	return 0;
@@ -229,9 +279,9 @@ static enum step admit(struct req *r, struct start *st)
 		return STEP_REFUSED;
 	}
 
-	/* 3: the golden disk, or the silent fallback */
+	/* 3: the golden disk, or the silent fallback (VMs only) */
 	st->disk = st->lesson->disk;
-	if (st->disk == DISK_GOLDEN) {
+	if (st->disk == DISK_GOLDEN && st->lesson->runtime == RUNTIME_VM) {
 		enum golden_reason g = golden_check(&x->kube, c, st->lesson, detail, sizeof detail);
 		if (g != GOLDEN_OK) {
 			st->disk = DISK_CONTAINERDISK;
@@ -246,21 +296,27 @@ static enum step admit(struct req *r, struct start *st)
 	 * cluster is refused before queueing for the lock, so a burst of refusals
 	 * does not wait behind the admissions; the count that admits is the one
 	 * taken under the lock. */
-	long code = count_lab_vms(x, &st->in_use);
-	if (code != 200 || st->in_use < c->vm_capacity) {
-		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
-		    0)
+	enum lesson_runtime rt = st->lesson->runtime;
+	int capacity = rt == RUNTIME_POD ? c->pod_capacity : c->vm_capacity;
+	long code = count_lab(x, rt, &st->in_use);
+	if (code != 200 || st->in_use < capacity) {
+		/* VMs and Pods are counted apart, each under its own lock */
+		if (db_cmd(&x->db,
+		           rt == RUNTIME_POD ? "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 1)"
+		                             : "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)",
+		           0, NULL) < 0)
 			return STEP_DB;
-		code = count_lab_vms(x, &st->in_use);
+		code = count_lab(x, rt, &st->in_use);
 	}
 	if (code != 200) {
-		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
+		log_warn("user %s: cannot count lab %s: %s", r->user,
+		         rt == RUNTIME_POD ? "Pods" : "VMs", x->kube.msg);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
 		              "the cluster cannot be reached right now: try again in a minute");
 	}
-	if (st->in_use >= c->vm_capacity) {
+	if (st->in_use >= capacity) {
 		refuse(st, E_CAPACITY_FULL, "all lab machines are in use: try again shortly");
-		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "capacity", capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
@@ -280,7 +336,8 @@ static enum step submission(struct req *r, struct start *st)
 	lab_names_from_session(&st->names, st->sid);
 	if (insert_rows(r, st) < 0)
 		return STEP_DB;
-	if (submit(r, st, why, sizeof why) < 0) {
+	if ((st->lesson->runtime == RUNTIME_POD ? submit_pod(r, st, why, sizeof why)
+	                                         : submit(r, st, why, sizeof why)) < 0) {
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
 		         st->lesson->id, why);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
@@ -327,10 +384,15 @@ enum hres api_session_create(struct req *r)
 			resp_error_json(r, st.err, st.answer);
 		return h;
 	}
-	log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in use)",
-	         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
-	         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "", st.in_use + 1,
-	         c->vm_capacity);
+	if (st.lesson->runtime == RUNTIME_POD)
+		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use)", r->user,
+		         st.lesson->id, st.sid, st.names.vm, st.in_use + 1, c->pod_capacity);
+	else
+		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
+		         "use)",
+		         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
+		         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "",
+		         st.in_use + 1, c->vm_capacity);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;
