@@ -523,6 +523,7 @@ static int pod_failed(struct labctx *x, struct session *s, const cJSON *pod)
 	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
 	if (which && strcmp(which, "terminated") == 0 && cJSON_IsNumber(ec) && ec->valueint != 0) {
 		const char *msg = kj_str(st, "message");
+		set_stage(x, s, STAGE_SETTING_UP); /* it ran: what failed was the setup */
 		return fail(x, s, "the lab setup failed with exit code %d%s%s", ec->valueint,
 		            msg && *msg ? ": " : "", msg ? msg : "");
 	}

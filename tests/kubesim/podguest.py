@@ -74,6 +74,7 @@ class PodGuest(ProcessGuest):
         self.working_dir = working_dir or "/"
         self.termination_path = termination_path or TERMINATION_LOG
         self.env = {}                    # no LABVM_AGENT_LISTEN in a container
+        self.killed_by = 0
 
     # ------------------------------------------------------------ helpers
     def _setpriv(self):
@@ -157,7 +158,18 @@ exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
         rc = self.proc.poll()
         if rc is None:
             return None
+        if self.killed_by:
+            # unshare does not pass a signal on faithfully: what killed PID 1 is known
+            return 128 + self.killed_by
         return 128 - rc if rc < 0 else rc
+
+    def kill(self, sig):
+        """The container's PID 1 dies of sig (as the OOM killer's SIGKILL)."""
+        pid = self._init()
+        if not pid:
+            raise GuestError("container is not running")
+        self.killed_by = int(sig)
+        os.kill(pid, sig)
 
     def _log_tail(self, n):
         try:
@@ -186,8 +198,10 @@ exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
         except OSError:
             msg = b""
         if not msg.strip() and fallback_to_logs and self.exit_code():
-            tail = self._log_tail(2048)
-            msg = b"\n".join(tail.split(b"\n")[-80:])
+            tail = self._log_tail(2048 + 256)
+            # unshare's own complaint about its child's death is not the container's output
+            lines = [ln for ln in tail.split(b"\n") if not ln.startswith(b"unshare: ")]
+            msg = b"\n".join(lines[-80:])[-2048:]
         return msg.decode(errors="replace")
 
     # --------------------------------------------------------------- exec

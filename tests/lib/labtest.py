@@ -18,8 +18,10 @@ def reset_world(kube=None, db=None):
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
-    for kind in ("virtualmachines", "secrets"):
-        for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
+    for kind in ("virtualmachines", "secrets", "pods"):
+        # lab Pods; a VM's launcher pod goes with its VM
+        sel = f"{PREFIX}/lab-session=true" + (",!kubevirt.io" if kind == "pods" else "")
+        for o in kube.list(kind, sel):
             kube.delete(kind, o["metadata"]["name"])
     wait_until(lambda: not kube.list("virtualmachines", f"{PREFIX}/lab-session=true"),
                timeout=30, what=f"no lab VMs left (environment {envname} and others)")

@@ -113,6 +113,10 @@ class PodContainers:
         if gs == "running":
             self._running_status(pod)
             return
+        g = self.runtime.guests.get(uid)
+        if g is not None and getattr(g, "init_pid", None) and g.exit_code() is not None:
+            self.running(pod)      # it ran and already ended: terminated, its exit code
+            return
         # could not be created
         why = self.runtime.errors.get(uid) or "the container could not be created"
         self._ended(pod, 128, "StartError", why)
