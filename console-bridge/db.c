@@ -245,7 +245,7 @@ static void run_check(struct db_req *q)
 		if (!pg_ok())
 			break;
 		res = PQexecParams(W.pg,
-		                   "SELECT s.user_name, s.state, v.vm_name FROM sessions s "
+		                   "SELECT s.user_name, s.state, v.vm_name, s.runtime FROM sessions s "
 		                   "JOIN session_vms v ON v.session_id = s.id "
 		                   "WHERE s.id = $1 AND s.environment = $2",
 		                   2, NULL, params, NULL, NULL, 0);
@@ -276,6 +276,7 @@ static void run_check(struct db_req *q)
 		r->status = DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
 		snprintf(r->state, sizeof r->state, "%s", PQgetvalue(res, i, 1));
+		snprintf(r->runtime, sizeof r->runtime, "%s", PQgetvalue(res, i, 3));
 		break;
 	}
 	PQclear(res);

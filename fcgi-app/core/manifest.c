@@ -252,6 +252,13 @@ cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct
 	jx_add_str(ctr, "imagePullPolicy", "IfNotPresent");
 	jx_put(ctr, "command", str_array(cmd));
 	jx_add_str(ctr, "workingDir", "/root");
+	if (l->shell) {
+		/* the console's program (labvm-console execs $LABVM_SHELL, else bash, else sh) */
+		cJSON *e = jx_obj();
+		jx_add_str(e, "name", "LABVM_SHELL");
+		jx_add_str(e, "value", l->shell);
+		jx_push(jx_add_arr(ctr, "env"), e);
+	}
 	jx_add_str(ctr, "terminationMessagePolicy", "FallbackToLogsOnError");
 	sc = jx_add_obj(ctr, "securityContext");
 	jx_put(jx_add_obj(sc, "capabilities"), "drop", str_array(drop));
