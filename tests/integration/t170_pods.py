@@ -100,6 +100,35 @@ def pod_lesson_ready():
     t.eq(row, (True,), "recorded as deleted")
 
 
+@t.test(name="grading by exec: exit codes from the error channel, output, timeouts")
+def grading():
+    api = Api("student365")
+    s = api.wait_state(api.start("k8s-pod-intro").json["id"], ("ready",), 60)
+    r = api.grade(s["id"])
+    t.eq((r.status, r.json["passed"], r.json["total"]), (200, 0, 2), "nothing done yet", r)
+    t.eq([x["exit_code"] for x in r.json["steps"]], [1, 2], "grep's exit codes (2: no such file)")
+    in_pod(vm_of(s), "sed -i 's/port = 8080/port = 8081/' /srv/app/app.conf; "
+                     "echo hello > /root/hello.txt")
+    r = api.grade(s["id"])
+    t.eq((r.json["passed"], r.json["total"]), (2, 2), "both steps pass", r.json)
+    t.eq(api.get(s["id"]).json["last_grade"]["passed"], 2, "stored as last_grade")
+    api.end(s["id"])
+
+    s = api.wait_state(api.start("test-pod-grade").json["id"], ("ready",), 60)
+    r = api.grade(s["id"])
+    t.eq(r.status, 200, "graded", r)
+    st = {x["name"]: x for x in r.json["steps"]}
+    t.eq((st["passes"]["passed"], st["passes"]["exit_code"]), (True, 0), "Success: 0")
+    f = st["fails with 3"]
+    t.eq((f["passed"], f["exit_code"]), (False, 3), "NonZeroExitCode: 3")
+    t.eq(f["output"], "to-out\nto-err\n", "stdout then stderr")
+    to = st["times out"]
+    t.eq((to["passed"], to["exit_code"], to.get("timed_out")), (False, None, True), "timed out")
+    t.eq(st["quotes & pipes survive"]["passed"], True, "the command reaches sh -c intact",
+         st["quotes & pipes survive"])
+    api.end(s["id"])
+
+
 @t.test(name="setup failing names its exit code and output; bad image and no node are named")
 def named_failures():
     api = Api("student362")
