@@ -462,14 +462,17 @@ static int grade_by_exec(struct req *r, const struct session *s, const struct gr
 	struct podexec_result pr;
 	char msg[300];
 	double t0 = util_mono_s();
-	const char *bearer = kube_bearer(&x->kube);
+	char *bearer = kube_bearer(&x->kube);
 
 	if (!bearer) {
 		resp_error(r, E_CLUSTER_UNAVAILABLE, "the cluster cannot be reached right now");
 		return -1;
 	}
-	if (podexec_run(x->cfg, bearer, s->vms[0].name, POD_CONTAINER, gs->command, timeout, &pr,
-	                msg, sizeof msg) < 0) {
+	int rc = podexec_run(x->cfg, bearer, s->vms[0].name, POD_CONTAINER, gs->command, timeout,
+	                     &pr, msg, sizeof msg);
+	util_free_secret(bearer);
+	if (rc < 0) {
+		podexec_result_free(&pr);
 		log_warn("session %s: grading step \"%s\": %s", s->id, gs->name, msg);
 		resp_error(r, E_AGENT_UNREACHABLE, "your lab could not be reached for grading (%s)",
 		           msg);

@@ -110,16 +110,12 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	return code;
 }
 
-const char *kube_bearer(struct kube *k)
+char *kube_bearer(struct kube *k)
 {
-	static _Thread_local char *bearer;
 	if ((!k->token || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
 	    !k->token)
 		return NULL;
-	if (bearer)
-		util_free_secret(bearer);
-	bearer = xasprintf("Bearer %s", k->token);
-	return bearer;
+	return xasprintf("Bearer %s", k->token);
 }
 
 long kube_get(struct kube *k, const char *path, cJSON **out)

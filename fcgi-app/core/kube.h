@@ -38,8 +38,9 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 
 /* Convenience wrappers. */
 /* "Bearer <token>" for a client of its own (the exec WebSocket), read as
- * kube_call() does; NULL when there is no token. Valid until the next call. */
-const char *kube_bearer(struct kube *k);
+ * kube_call() does; NULL when there is no token. A secret: the caller frees
+ * it with util_free_secret(). */
+char *kube_bearer(struct kube *k);
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
