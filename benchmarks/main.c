@@ -601,14 +601,11 @@ long bench_count_lab_vms(const struct opts *o, struct kube *k)
 {
 	char *path = kube_path("virtualmachines", o->namespace_, NULL);
 	char *sel = xasprintf("%s/lab-session=true", o->label_prefix);
-	cJSON *list = NULL;
-	long code = kube_list(k, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
-	long n = code == 200 && cJSON_IsArray(items) ? cJSON_GetArraySize(items) : -1;
-	cJSON_Delete(list);
+	long n;
+	long code = kube_count(k, path, sel, &n);
 	free(sel);
 	free(path);
-	return n;
+	return code == 200 ? n : -1;
 }
 
 int bench_sim_profile(struct kube *k, const char *name, double time_scale, char *out_name, size_t n,

@@ -19,6 +19,7 @@
 
 #include "db.h"
 #include "log.h"
+#include "state.h"
 #include "util.h"
 
 #define DB_BACKOFF_MIN_MS 250
@@ -275,7 +276,7 @@ static void run_check(struct db_req *q)
 			continue;
 		r->status = DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
-		snprintf(r->state, sizeof r->state, "%s", PQgetvalue(res, i, 1));
+		r->state = session_state_parse(PQgetvalue(res, i, 1));
 		snprintf(r->runtime, sizeof r->runtime, "%s", PQgetvalue(res, i, 3));
 		break;
 	}

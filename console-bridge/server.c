@@ -13,6 +13,7 @@
 #include "log.h"
 #include "server.h"
 #include "session.h"
+#include "state.h"
 #include "ticket.h"
 #include "util.h"
 
@@ -197,12 +198,14 @@ void server_check_answer(const struct db_result *r)
 		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this user", 0);
 		return;
 	}
-	if (strcmp(r->state, "starting") == 0) {
+	if (r->state == SESSION_STARTING) {
 		bc_close(c, BS_CLOSE_NOT_READY, "session not ready yet", 0);
 		return;
 	}
-	if (strcmp(r->state, "ready") != 0) {
-		snprintf(reason, sizeof reason, "session %s", r->state);
+	if (r->state != SESSION_READY) {
+		snprintf(reason, sizeof reason, "session %s",
+		         r->state < 0 ? "unknown"
+		                      : session_state_str((enum session_state)r->state));
 		bc_close(c, BS_CLOSE_ENDED, reason, 0);
 		return;
 	}

@@ -39,6 +39,12 @@ enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
+enum hres api_tty_size(struct req *r);
+enum hres api_metrics(struct req *r);
+enum hres api_operator_overview(struct req *r);
+enum hres api_operator_end(struct req *r);
+/* After each answer: count the events the database cannot derive (api_metrics.c). */
+void api_metrics_request_done(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

@@ -86,13 +86,7 @@ static long count_lab(struct labctx *x, enum lesson_runtime rt, long *in_use)
 	char *path = kube_path(pod ? "pods" : "virtualmachines", x->cfg->namespace_, NULL);
 	char *sel = pod ? xasprintf("%s=true,!kubevirt.io", x->cfg->label.lab_session)
 	                : xasprintf("%s=true", x->cfg->label.lab_session);
-	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
-	if (code == 200 && !cJSON_IsArray(items))
-		code = 0;
-	*in_use = code == 200 ? cJSON_GetArraySize(items) : 0;
-	cJSON_Delete(list);
+	long code = kube_count(&x->kube, path, sel, in_use);
 	free(sel);
 	free(path);
 	return code;
@@ -532,6 +526,13 @@ enum hres api_session_grade(struct req *r)
 		char *out = step_output(res);
 		cJSON *e = jx_obj();
 		jx_add_str(e, "name", gs->name);
+		if (gs->name_ja) {
+			cJSON *ja = jx_obj();
+			jx_add_str(ja, "name", gs->name_ja);
+			cJSON *i18n = jx_obj();
+			cJSON_AddItemToObject(i18n, "ja", ja);
+			cJSON_AddItemToObject(e, "i18n", i18n);
+		}
 		jx_add_bool(e, "passed", ok);
 		jx_add_str(e, "output", out);
 		if (cJSON_IsNumber(ec))
@@ -583,6 +584,47 @@ enum hres api_console_ticket(struct req *r)
 	jx_add_num(o, "expires_in", c->ticket_ttl_s);
 	util_free_secret(url);
 	util_free_secret(t);
+	resp_json(r, 200, o);
+	return H_DONE;
+}
+
+/* The browser terminal's size for a VM's serial console: the guest agent sets
+ * it on the guest's console tty (a serial line has no size of its own; the
+ * kernel then signals the program in front). A Pod's exec stream takes its
+ * size on the console WebSocket instead. */
+enum hres api_tty_size(struct req *r)
+{
+	struct labctx *x = r->x;
+	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
+	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(r->json, "cols");
+	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r->json, "rows");
+	if (s->runtime == RUNTIME_POD) {
+		/* no agent in a Pod: labvm-console passes the size to its exec tty */
+		resp_error(r, E_BAD_REQUEST,
+		           "a Pod's terminal takes its size on the console WebSocket "
+		           "({\"type\":\"resize\",\"cols\":C,\"rows\":R})");
+		return H_DONE;
+	}
+	if (!cJSON_IsNumber(cols) || !cJSON_IsNumber(rows) || cols->valuedouble != cols->valueint ||
+	    rows->valuedouble != rows->valueint || cols->valueint < 1 || cols->valueint > 1000 ||
+	    rows->valueint < 1 || rows->valueint > 1000) {
+		resp_error(r, E_BAD_REQUEST, "cols and rows must be integers in 1..1000");
+		return H_DONE;
+	}
+	int rc = agent_tty_size(&x->agent, s->vms[0].ip, x->cfg->agent_port, s->vms[0].token,
+	                        cols->valueint, rows->valueint, x->cfg->agent_ready_timeout_ms);
+	if (rc < 0) {
+		log_warn("session %s: tty-size: %s", s->id, x->agent.msg);
+		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine's agent did not answer");
+		return H_DONE;
+	}
+	if (rc == 409) {
+		resp_error(r, E_NOT_READY, "the lab machine's serial console is not open yet");
+		return H_DONE;
+	}
+	cJSON *o = jx_obj();
+	jx_add_num(o, "cols", cols->valueint);
+	jx_add_num(o, "rows", rows->valueint);
 	resp_json(r, 200, o);
 	return H_DONE;
 }

@@ -16,6 +16,7 @@ static const struct {
 } errors[] = {
     [E_BAD_REQUEST] = {"bad_request", 400},
     [E_UNAUTHENTICATED] = {"unauthenticated", 401},
+    [E_FORBIDDEN] = {"forbidden", 403},
     [E_NOT_FOUND] = {"not_found", 404},
     [E_NO_SESSION] = {"no_session", 404},
     [E_UNKNOWN_LESSON] = {"unknown_lesson", 404},
@@ -184,6 +185,9 @@ void resp_json(struct req *r, int status, cJSON *body)
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
+	if (cJSON_IsString(ec))
+		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
 	             "Content-Type: application/json; charset=utf-8\r\n"

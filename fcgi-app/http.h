@@ -20,6 +20,7 @@ struct session;
 enum api_err {
 	E_BAD_REQUEST,            /* 400 bad_request */
 	E_UNAUTHENTICATED,        /* 401 unauthenticated */
+	E_FORBIDDEN,              /* 403 forbidden (operators only) */
 	E_NOT_FOUND,              /* 404 not_found */
 	E_NO_SESSION,             /* 404 no_session */
 	E_UNKNOWN_LESSON,         /* 404 unknown_lesson (start) */
@@ -56,6 +57,7 @@ struct req {
 	struct buf headers;   /* extra response headers */
 	const char *route;    /* for the log line */
 	struct session *sess; /* the route's session (NEED_SESSION, NEED_CURRENT) */
+	char error[40];       /* the answer's "error" code, if any (metrics) */
 };
 
 void req_init(struct req *r, FCGX_Request *fr, struct labctx *x);

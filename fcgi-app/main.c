@@ -20,10 +20,12 @@
 #include <fcgiapp.h>
 
 #include "api.h"
+#include "check_lesson.h"
 #include "config.h"
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
+#include "metrics.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -70,6 +72,7 @@ static void *worker(void *arg)
 		req_init(&r, &fr, &x);
 		router_dispatch(&r);
 		log_request(&r, &x);
+		api_metrics_request_done(&r);
 		req_reset(&r);
 		FCGX_Finish_r(&fr);
 	}
@@ -82,7 +85,9 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm.fcgi [--listen SOCKET|HOST:PORT] [--check]\n"
 	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
-	           "  --check  load and validate the config and lessons, then exit\n");
+	           "  --check  load and validate the config and lessons, then exit\n"
+	           "  --check LESSON.json...  check lesson files (no config needed): every rule,\n"
+	           "           the setup and grader shell syntax, the rendered cloud-config\n");
 }
 
 int main(int argc, char **argv)
@@ -96,6 +101,9 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
 			listen = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
+			if (i + 1 < argc &&
+			    argv[i + 1][0] != '-') /* the teacher's check of files */
+				return check_lesson_files(argc - i - 1, argv + i + 1);
 			check_only = 1;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
@@ -154,8 +162,10 @@ int main(int argc, char **argv)
 			log_err("cannot start worker %d", i);
 			return 1;
 		}
+	metrics_flusher_start(cfg.database, cfg.environment);
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
+	metrics_flusher_stop();
 	free(th);
 	log_info("stopped");
 	lessons_free(&lessons);

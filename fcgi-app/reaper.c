@@ -28,6 +28,7 @@
 #include "jsonx.h"
 #include "lab.h"
 #include "log.h"
+#include "metrics.h"
 #include "session.h"
 
 #define LOCK_REAPER "7303"
@@ -52,6 +53,31 @@ struct objs {
 };
 
 static int dry_run;
+
+/* The pass and what it deleted, for /api/metrics (one UPSERT each), and this
+ * run's call histograms. */
+static void reaper_metrics(struct labctx *x, const char *env, int rc, const struct counts *k)
+{
+	const struct {
+		const char *what;
+		int n;
+	} del[] = {{"expired", k->expired},
+	           {"failed_stuck", k->failed_stuck},
+	           {"vanished", k->vanished},
+	           {"orphan_vm", k->orphan_vms},
+	           {"orphan_secret", k->orphan_secrets},
+	           {"orphan_pod", k->orphan_pods}};
+	char lab[64];
+	db_rollback(&x->db);
+	metrics_count(&x->db, env, "labvm_reaper_passes_total",
+	              rc ? "status=\"incomplete\"" : "status=\"ok\"", 1);
+	for (size_t i = 0; i < sizeof del / sizeof del[0]; i++)
+		if (del[i].n) {
+			snprintf(lab, sizeof lab, "what=\"%s\"", del[i].what);
+			metrics_count(&x->db, env, "labvm_reaper_deleted_total", lab, del[i].n);
+		}
+	metrics_flush(&x->db, env);
+}
 
 static double parse_age(const char *ts, double now)
 {
@@ -429,6 +455,8 @@ out:
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.kept_young, k.errors,
 	       rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0, k.orphan_pods);
+	if (!dry_run && x.db.conn)
+		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)
 		free(ids[i]);
 	free(ids);

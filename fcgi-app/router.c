@@ -25,6 +25,9 @@ struct route {
 static const struct route routes[] = {
     {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
     {"GET", "/api/healthz", api_healthz, 0, NULL},
+    {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
+    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON, NULL},
     {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL},
     {"GET", "/api/sessions/current", api_session_get, NEED_USER | NEED_CURRENT | NEED_ADVANCED,
      NULL},
@@ -34,6 +37,8 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
+    {"POST", "/api/sessions/*/tty-size", api_tty_size,
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])

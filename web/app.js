@@ -38,11 +38,7 @@
   const BACKOFF_MAX_MS = 30000;
   const ESC_HOLD_MS = 1000;        // Esc, then Tab within this: leave the terminal
   const MAX_COLS = 500;
-  // A VM's serial console: the guest assumes 80 columns until it is told the
-  // terminal's size (the bridge does not pass {"type":"resize"} on to the
-  // guest agent yet), so a wider terminal would garble long command lines;
-  // narrower boxes (phones) still fit.
-  const VM_MAX_COLS = 80;
+  const TTY_SIZE_DELAY_MS = 300;   // a VM's size goes to the API once resizing settles
 
   /* ------------------------------------------------------------ texts */
   const TEXTS = window.LABVM_TEXTS;
@@ -556,7 +552,7 @@
     $('conn-text').textContent = t('lab.loadingTerminal');
     loadTerminal().then(() => {
       if (lab !== me) return;
-      me.console = new Console(s.id, $('terminal'), s.runtime === 'pod' ? MAX_COLS : VM_MAX_COLS);
+      me.console = new Console(s.id, $('terminal'), s.runtime);
       if (focusTerm && (document.activeElement === document.body || document.activeElement === $('lab-title'))) {
         me.console.term.focus();
       }
@@ -679,9 +675,12 @@
 
   /* ----------------------------------------------------------- console */
   class Console {
-    constructor(sid, container, maxCols) {
+    constructor(sid, container, runtime) {
       this.sid = sid;
-      this.maxCols = maxCols;
+      this.runtime = runtime;
+      this.maxCols = MAX_COLS;
+      this.postedSize = '';
+      this.sizeTimer = null;
       this.failures = 0;
       this.ws = null;
       this.open = false;
@@ -697,9 +696,10 @@
       this.escTimer = null;
       this.sentSize = '';
       // The terminal fills its box (fit addon) and tells the other end its
-      // size in a text message: a Pod's exec stream has a resize channel; a
-      // VM's serial line has no size of its own, the guest agent sets it
-      // (POST /tty-size) when the bridge passes the message on.
+      // size: a text message on the console WebSocket (a Pod's exec stream
+      // has a resize channel) and, for a VM, whose serial line has no size of
+      // its own, POST /api/sessions/{id}/tty-size (the guest agent sets it on
+      // the console tty).
       this.term = new window.Terminal({
         cols: 80, rows: 24, cursorBlink: true, scrollback: 5000,
         fontSize: window.matchMedia('(max-width: 40rem)').matches ? 13 : 15,
@@ -781,10 +781,24 @@
     }
 
     sendSize() {
+      if (this.runtime !== 'pod') this.postSize();
       const size = JSON.stringify({ type: 'resize', cols: this.term.cols, rows: this.term.rows });
       if (!this.ws || !this.open || this.ws.readyState !== WebSocket.OPEN || size === this.sentSize) return;
       this.ws.send(size);
       this.sentSize = size;
+    }
+
+    /* A VM's serial console size, through the API to the guest agent, once
+     * the size has settled and only when it changed. */
+    postSize() {
+      clearTimeout(this.sizeTimer);
+      this.sizeTimer = setTimeout(async () => {
+        const size = { cols: this.term.cols, rows: this.term.rows };
+        const key = size.cols + 'x' + size.rows;
+        if (this.stopped || key === this.postedSize) return;
+        const r = await api('POST', sessionPath(this.sid) + '/tty-size', size);
+        if (r.status === 200) this.postedSize = key;
+      }, TTY_SIZE_DELAY_MS);
     }
 
     setState(st) {
@@ -906,6 +920,7 @@
       clearTimeout(this.stableTimer);
       clearTimeout(this.fitTimer);
       clearTimeout(this.escTimer);
+      clearTimeout(this.sizeTimer);
       this.resizeObs.disconnect();
       const ws = this.ws;
       this.ws = null;

@@ -103,6 +103,7 @@ window.LABVM_TEXTS = {
     'error.not_ready': 'The lab is not ready yet.',
     'error.agent_unreachable': 'The grader in your lab machine did not answer. Try again in a moment.',
     'error.not_found': 'This lab session does not exist any more.',
+    'error.internal_error': 'Something went wrong on the server. Please try again.',
     'error.generic': 'Something went wrong ({code}).',
   },
 
@@ -203,6 +204,7 @@ window.LABVM_TEXTS = {
     'error.not_ready': '演習環境の準備がまだできていません。',
     'error.agent_unreachable': '演習マシン内の採点エージェントが応答しませんでした。少し待ってからもう一度お試しください。',
     'error.not_found': 'この演習セッションはもう存在しません。',
+    'error.internal_error': 'サーバーで問題が発生しました。もう一度お試しください。',
     'error.generic': '問題が発生しました ({code})。',
   },
 };

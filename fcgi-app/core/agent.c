@@ -7,6 +7,7 @@
 #include "httpc.h"
 #include "jsonx.h"
 #include "log.h"
+#include "metrics.h"
 
 #define AGENT_MAX_BODY (1u << 20)
 
@@ -50,6 +51,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	if (!code)
 		snprintf(a->msg, sizeof a->msg, "agent at %s:%d unreachable: %s", ip, port, why);
 	a->ms += (util_mono_s() - t0) * 1000.0;
+	metrics_call(MC_AGENT, path, util_mono_s() - t0, code == 0 || code >= 500);
 	return code;
 }
 
@@ -95,4 +97,19 @@ int agent_run(struct agent *a, const char *ip, int port, const char *token, cons
 		return -1;
 	}
 	return 0;
+}
+
+int agent_tty_size(struct agent *a, const char *ip, int port, const char *token, int cols, int rows,
+                   int timeout_ms)
+{
+	cJSON *req = jx_obj();
+	jx_add_num(req, "cols", cols);
+	jx_add_num(req, "rows", rows);
+	long code = call(a, ip, port, token, "/tty-size", req, timeout_ms);
+	cJSON_Delete(req);
+	if (code == 200 || code == 409)
+		return (int)code;
+	if (code)
+		snprintf(a->msg, sizeof a->msg, "agent answered HTTP %ld to /tty-size", code);
+	return -1;
 }

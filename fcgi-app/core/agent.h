@@ -1,5 +1,5 @@
 /* agent.h - labvm's side of the in-guest agent (fcgi-app/guest/agent.py):
- * GET /ready and POST /run over HTTP (httpc.h) with the per-VM bearer token. */
+ * GET /ready, POST /run and POST /tty-size over HTTP (httpc.h) with the per-VM bearer token. */
 #ifndef LABVM_CORE_AGENT_H
 #define LABVM_CORE_AGENT_H
 
@@ -33,5 +33,11 @@ enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const ch
  * -1 when the agent could not be reached or answered badly (a->msg). */
 int agent_run(struct agent *a, const char *ip, int port, const char *token, const char *cmd,
               int timeout_s, cJSON **result);
+
+/* POST /tty-size {"cols", "rows"}: the serial console's window size in the
+ * guest (a serial line has no size of its own). 200; 409 when the guest's
+ * console tty is not there (yet); -1 when the agent failed (a->msg). */
+int agent_tty_size(struct agent *a, const char *ip, int port, const char *token, int cols, int rows,
+                   int timeout_ms);
 
 #endif

@@ -61,6 +61,8 @@ static const struct cfg_key keys[] = {
     I(console_max_per_session, "8", 1, 100000),
     I(orphan_grace_s, "120", 0, 86400),
     S(log_level, "info"),
+    S(operators, ""),
+    S(log_format, "text"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -133,6 +135,10 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		return -1;
 	}
 	log_set_level(lv);
+	if (log_set_format(c->log_format) < 0) {
+		snprintf(err, errlen, "log_format: '%s' is not one of text, json", c->log_format);
+		return -1;
+	}
 	return 0;
 }
 

@@ -38,6 +38,9 @@ struct cfg {
 	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
 	char *log_level;
+	char *log_format; /* text | json (core/log.c) */
+	char
+	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {

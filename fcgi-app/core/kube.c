@@ -6,6 +6,7 @@
 
 #include "httpc.h"
 #include "log.h"
+#include "metrics.h"
 
 #define KUBE_MAX_BODY  (32u << 20)
 #define TOKEN_REREAD_S 60.0
@@ -106,6 +107,7 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	free(url);
 	k->ms += (util_mono_s() - t0) * 1000.0;
 	k->calls++;
+	metrics_call(MC_CLUSTER, method, util_mono_s() - t0, code == 0 || code >= 500);
 	log_debug("kube %s %s -> %ld (%.1f ms)", method, path, code, (util_mono_s() - t0) * 1000.0);
 	return code;
 }
@@ -136,6 +138,18 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
 	curl_free(esc);
 	long code = kube_get(k, p, out);
 	free(p);
+	return code;
+}
+
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n)
+{
+	cJSON *list = NULL;
+	long code = kube_list(k, path, label_selector, &list);
+	const cJSON *items = kj_get(list, "items");
+	if (code == 200 && !cJSON_IsArray(items))
+		code = 0;
+	*n = code == 200 ? cJSON_GetArraySize(items) : 0;
+	cJSON_Delete(list);
 	return code;
 }
 

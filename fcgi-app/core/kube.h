@@ -44,6 +44,8 @@ char *kube_bearer(struct kube *k);
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
+/* How many objects a list returns (*n; 0 unless the answer is 200 with items). */
+long kube_count(struct kube *k, const char *path, const char *label_selector, long *n);
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
 long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:

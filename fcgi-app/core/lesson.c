@@ -46,7 +46,7 @@ static int get_str(const cJSON *o, const char *key, int required, char **dst, ch
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!v || cJSON_IsNull(v)) {
 		if (required) {
-			snprintf(err, errlen, "\"%s\" is required", key);
+			snprintf(err, errlen, "\"%s\" is required (a string)", key);
 			return -1;
 		}
 		*dst = NULL;
@@ -77,7 +77,7 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 	return 0;
 }
 
-/* "i18n": {"ja": {"title", "description"}} */
+/* "i18n": {"ja": {...}}: a lesson's title and description, a grader step's name */
 static const cJSON *kj_get_ja(const cJSON *o)
 {
 	const cJSON *i18n = cJSON_GetObjectItemCaseSensitive(o, "i18n");
@@ -94,6 +94,14 @@ static int match(const char *re, const char *s)
 	ok = regexec(&r, s, 0, NULL, 0) == 0;
 	regfree(&r);
 	return ok;
+}
+
+/* "files[2]: " in front of a message about one item of an array */
+static void item_prefix(char *err, size_t errlen, const char *array, size_t i)
+{
+	char tmp[512];
+	snprintf(tmp, sizeof tmp, "%s", err);
+	snprintf(err, errlen, "%s[%zu]: %s", array, i, tmp);
 }
 
 int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
@@ -120,8 +128,12 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	}
 	const cJSON *ja = kj_get_ja(o);
 	if (ja && (get_str(ja, "title", 0, &l->title_ja, err, errlen) < 0 ||
-	           get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0))
+	           get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0)) {
+		char tmp[512];
+		snprintf(tmp, sizeof tmp, "%s", err);
+		snprintf(err, errlen, "i18n.ja: %s", tmp);
 		goto fail;
+	}
 	if (!*l->id || !util_label_value_ok(l->id)) {
 		snprintf(err, errlen, "\"id\" must be a label value ([A-Za-z0-9._-], at most 63)");
 		goto fail;
@@ -190,17 +202,24 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 		    get_str(it, "content", 1, &f->content, err, errlen) < 0 ||
 		    get_str(it, "mode", 0, &f->mode, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
-				snprintf(err, errlen, "\"files\" items must be objects");
+				snprintf(err, errlen,
+				         "must be an object {\"path\", \"content\", \"mode\"}");
+			item_prefix(err, errlen, "files", l->nfiles - 1);
 			goto fail;
 		}
 		if (f->path[0] != '/' || strstr(f->path, "/../") || strlen(f->path) > 1024) {
-			snprintf(err, errlen, "file path \"%s\" must be absolute", f->path);
+			snprintf(
+			    err, errlen,
+			    "files[%zu].path: \"%s\" must be absolute (start with /, no /../, at "
+			    "most 1024 bytes)",
+			    l->nfiles - 1, f->path);
 			goto fail;
 		}
 		if (!f->mode)
 			f->mode = xstrdup("0644");
 		if (!match("^0?[0-7]{3}$", f->mode)) {
-			snprintf(err, errlen, "file mode \"%s\" must be octal like 0644", f->mode);
+			snprintf(err, errlen, "files[%zu].mode: \"%s\" must be octal like 0644",
+			         l->nfiles - 1, f->mode);
 			goto fail;
 		}
 	}
@@ -214,11 +233,16 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	cJSON_ArrayForEach(it, a)
 	{
 		struct grader_step *st = &l->steps[l->nsteps++];
+		const cJSON *sja = cJSON_IsObject(it) ? kj_get_ja(it) : NULL;
 		if (!cJSON_IsObject(it) || get_str(it, "name", 1, &st->name, err, errlen) < 0 ||
+		    (sja && get_str(sja, "name", 0, &st->name_ja, err, errlen) < 0) ||
 		    get_str(it, "command", 1, &st->command, err, errlen) < 0 ||
 		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
-				snprintf(err, errlen, "\"grader\" items must be objects");
+				snprintf(
+				    err, errlen,
+				    "must be an object {\"name\", \"command\", \"timeout_s\"}");
+			item_prefix(err, errlen, "grader", l->nsteps - 1);
 			goto fail;
 		}
 	}
@@ -300,6 +324,7 @@ void lesson_free(struct lesson *l)
 	}
 	for (size_t i = 0; i < l->nsteps; i++) {
 		free(l->steps[i].name);
+		free(l->steps[i].name_ja);
 		free(l->steps[i].command);
 	}
 	free(l->files);

@@ -16,6 +16,7 @@ struct lesson_file {
 
 struct grader_step {
 	char *name;
+	char *name_ja; /* "i18n": {"ja": {"name"}}, or NULL */
 	char *command; /* run with /bin/sh -c by the guest agent */
 	int timeout_s; /* 0 = the configured default */
 };

@@ -11,6 +11,86 @@
 static const char *log_prog = "labvm";
 static enum log_level log_max = LOG_INFO;
 static const char *const level_name[] = {"error", "warn", "info", "debug"};
+static int log_json;
+
+int log_set_format(const char *format)
+{
+	if (strcmp(format, "text") == 0)
+		log_json = 0;
+	else if (strcmp(format, "json") == 0)
+		log_json = 1;
+	else
+		return -1;
+	return 0;
+}
+
+/* The first session id (a UUID: 8-4-4-4-12 hex) in s, copied to out[37]. */
+static int find_uuid(const char *s, char *out)
+{
+	static const int group[] = {8, 4, 4, 4, 12};
+	for (const char *start = s; *s; s++) {
+		const char *p = s;
+		int ok = s == start || !((s[-1] >= '0' && s[-1] <= '9') ||
+		                         (s[-1] >= 'a' && s[-1] <= 'f') || s[-1] == '-');
+		for (int g = 0; g < 5 && ok; g++) {
+			for (int i = 0; i < group[g]; i++, p++)
+				if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
+					ok = 0;
+					break;
+				}
+			if (ok && g < 4 && *p++ != '-')
+				ok = 0;
+		}
+		if (ok && !((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || *p == '-')) {
+			memcpy(out, s, 36);
+			out[36] = '\0';
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* JSON string body of s into out (escaped; control characters as \u00XX). */
+static size_t json_escape(char *out, size_t cap, const char *s)
+{
+	size_t o = 0;
+	for (; *s && o + 7 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)c;
+		} else if (c < 0x20) {
+			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	out[o] = '\0';
+	return o;
+}
+
+static void log_json_line(enum log_level level, const struct tm *tm, long ms, const char *msg)
+{
+	char line[4608], esc[4096], sid[37];
+	int n = snprintf(line, sizeof line,
+	                 "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\","
+	                 "\"prog\":\"%s\",\"pid\":%d,\"msg\":\"",
+	                 tm->tm_year + 1900, tm->tm_mon + 1, tm->tm_mday, tm->tm_hour, tm->tm_min,
+	                 tm->tm_sec, ms, level_name[level], log_prog, (int)getpid());
+	if (n < 0)
+		return;
+	json_escape(esc, sizeof esc, msg);
+	if (find_uuid(msg, sid))
+		n += snprintf(line + n, sizeof line - (size_t)n, "%s\",\"session_id\":\"%s\"}\n",
+		              esc, sid);
+	else
+		n += snprintf(line + n, sizeof line - (size_t)n, "%s\"}\n", esc);
+	if ((size_t)n >= sizeof line)
+		return; /* cannot happen: esc is bounded */
+	if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+		/* nowhere left to report it */
+	}
+}
 
 void log_init(const char *prog, enum log_level level)
 {
@@ -56,6 +136,14 @@ void log_msg(enum log_level level, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
+	if (log_json) {
+		char msg[2048];
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof msg, fmt, ap);
+		va_end(ap);
+		log_json_line(level, &tm, ts.tv_nsec / 1000000, msg);
+		return;
+	}
 	n = snprintf(line, sizeof line,
 	             "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ", tm.tm_year + 1900,
 	             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "lab.h"
+#include "state.h"
 
 struct session_vm {
 	char *name;
@@ -32,7 +33,6 @@ struct session_vm {
 };
 
 /* The closed sets of sql/001_sessions.sql, parsed once when a row is loaded. */
-enum session_state { SESSION_STARTING, SESSION_READY, SESSION_FAILED, SESSION_ENDED };
 enum session_stage {
 	STAGE_SUBMITTED,  /* the VM was created */
 	STAGE_SCHEDULING, /* no VMI yet, or one still pending */
@@ -64,10 +64,8 @@ int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
 int session_active(const struct session *s);
 
-const char *session_state_str(enum session_state st);
 const char *session_stage_str(enum session_stage st);
 /* The enum of a database value; -1 when it is not one. */
-int session_state_parse(const char *v);
 int session_stage_parse(const char *v);
 
 /* What is due for a session at epoch second `now`: the one statement of the

@@ -443,6 +443,29 @@ async function phone(browser, fe, sc) {
       diag(`phone terminal: ${m.cols}x${m.rows}`);
     });
 
+    await sc.step('phone: the VM\'s shell sees the terminal\'s size (tty-size through the agent)', async () => {
+      const want = await page.evaluate(() => `${window.labvm.console.term.rows}x${window.labvm.console.term.cols}`);
+      await page.tap('#terminal');
+      // The size reaches the API once resizing settles: ask until the shell
+      // agrees. The marker is computed by the shell (SZ<n+1000>), so the typed
+      // command line never matches it.
+      let got = '';
+      for (let i = 0; i < 20 && got !== want; i++) {
+        await page.keyboard.type(`echo SZ$((${i}+1000))-$(stty size | tr ' ' x)-end`);
+        await page.keyboard.press('Enter');
+        got = await page.waitForFunction((k) => {
+          const b = window.labvm.console.term.buffer.active;
+          for (let y = b.baseY + b.cursorY; y >= 0; y--) {
+            const m = b.getLine(y).translateToString(true).match(new RegExp(`SZ${k}-(\\d+x\\d+)-end`));
+            if (m) return m[1];
+          }
+          return null;
+        }, i + 1000, { timeout: 15000 }).then((h) => h.jsonValue());
+        if (got !== want) await page.waitForTimeout(500);
+      }
+      assert(got === want, 'stty size in the guest = the terminal\'s rows x cols', { got, want });
+    });
+
     await sc.step('phone: after a long command the prompt is in view', async () => {
       await page.tap('#terminal');
       const long = 'echo ' + 'abcdefghij'.repeat(12) + ' && echo long-$((5+5))';

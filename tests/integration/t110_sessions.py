@@ -2,6 +2,7 @@
 """Starting and ending a lab through each front end: the session row, the
 VM and the cloud-init Secret in the cluster, labels, ownership, deletion."""
 import base64
+import http.client
 
 import yaml
 
@@ -75,8 +76,11 @@ for fe, url in frontends():
         check_labels(sec, s["id"], "linux-basics", "Secret")
         vm = kube.get("virtualmachines", vm_of(s)).json
         owners = sec["metadata"].get("ownerReferences", [])
-        t.eq([(o["kind"], o["name"], o["uid"]) for o in owners],
-             [("VirtualMachine", vm_of(s), vm["metadata"]["uid"])], "owner reference to the VM")
+        # every field, exactly: blockOwnerDeletion false needs no update on the
+        # VM's finalizers (which rbac.yaml does not grant), no controller claim
+        t.eq(owners, [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                       "name": vm_of(s), "uid": vm["metadata"]["uid"],
+                       "blockOwnerDeletion": False}], "owner reference to the VM")
         ud = base64.b64decode(sec["data"]["userdata"]).decode()
         t.ok(ud.startswith("#cloud-config\n"), "a cloud-config document")
         cc = yaml.safe_load(ud)
@@ -85,7 +89,9 @@ for fe, url in frontends():
              < paths.index("/opt/labvm/setup.sh"), "agent, then lab files, then setup", paths)
         tok = [f for f in cc["write_files"] if f["path"] == "/etc/labvm/agent-token"][0]
         t.eq(tok["permissions"], "0600", "token file mode")
-        t.ok(len(tok["content"]) >= 32, "a per-VM token")
+        t.ok(len(tok["content"]) >= 32, "a long token")
+        t.eq(db.one("SELECT agent_token FROM session_vms WHERE session_id = %s", s["id"]),
+             (tok["content"].strip(),), "the token the API uses for this VM's agent")
         last = cc["runcmd"][-1]
         t.ok("/var/lib/labvm/ready" in " ".join(last) and "setup.rc" in " ".join(last),
              "the ready flag is the last line, conditional on setup", last)
@@ -128,6 +134,70 @@ for fe, url in frontends():
         t.eq(api.current().status, 404, "no current session any more")
         t.eq(db.one("SELECT deleted_at IS NOT NULL FROM session_vms WHERE session_id = %s",
                     s["id"]), (True,), "the VM row is marked deleted")
+
+
+
+def agent_ready(ip, token):
+    c = http.client.HTTPConnection(ip, 8899, timeout=30)
+    try:
+        c.request("GET", "/ready", headers={"Authorization": f"Bearer {token}"})
+        r = c.getresponse()
+        return r.status
+    finally:
+        c.close()
+
+
+@t.test(name="every VM gets its own agent token; one VM's agent refuses another's token")
+def per_vm_tokens():
+    apis = [Api(u) for u in ("student103", "student104", "student105")]
+    ss = []
+    for a in apis:
+        r = a.start("linux-basics")
+        t.require(r.status == 201, f"start: {r}")
+        ss.append(r.json)
+    toks = []
+    for s in ss:
+        sec = kube.get("secrets", secret_of(s)).json
+        cc = yaml.safe_load(base64.b64decode(sec["data"]["userdata"]).decode())
+        toks.append([f for f in cc["write_files"]
+                     if f["path"] == "/etc/labvm/agent-token"][0]["content"].strip())
+    t.eq(len(set(toks)), 3, "three VMs, three different tokens", toks)
+    t.ok(all(len(x) >= 32 for x in toks), "each long")
+    ready = [a.wait_state(s["id"], ("ready", "failed"), 180) for a, s in zip(apis, ss)]
+    t.require(all(s["state"] == "ready" for s in ready), f"ready: {[s.get('error') for s in ready]}")
+    ips = [db.one("SELECT ip FROM session_vms WHERE session_id = %s", s["id"])[0] for s in ss]
+    t.eq(len(set(ips)), 3, "three guests", ips)
+    for i, ip in enumerate(ips):
+        t.eq(agent_ready(ip, toks[i]), 200, f"VM {i}'s agent takes its own token")
+        for j in range(3):
+            if j != i:
+                t.eq(agent_ready(ip, toks[j]), 403, f"VM {i}'s agent refuses VM {j}'s token")
+    for a, s in zip(apis, ss):
+        a.end(s["id"])
+
+
+@t.test(name="the simulator enforces OwnerReferencesPermissionEnforcement: the backend may not "
+             "set blockOwnerDeletion on a VM (so the passing starts above prove rbac.yaml)")
+def owner_ref_enforcement():
+    backend = Kube(token_file=env("LABVM_KUBE_BACKEND_TOKEN_FILE"))
+    name = "t110-owner-check"
+    kube.delete("secrets", name)
+    r = backend.create("secrets", {"apiVersion": "v1", "kind": "Secret",
+                                   "metadata": {"name": name}, "data": {"x": "eA=="}})
+    t.require(r.status == 201, f"the backend creates a Secret: {r}")
+    vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": "some-vm",
+          "uid": "00000000-0000-4000-8000-000000000001"}
+    try:
+        r = backend.patch("secrets", name, {"metadata": {"ownerReferences": [
+            dict(vm, blockOwnerDeletion=True)]}})
+        t.eq(r.status, 422, "blockOwnerDeletion true without update on virtualmachines/finalizers")
+        t.ok("cannot set blockOwnerDeletion" in r.body, "the plugin's message", r.body[:300])
+        r = backend.patch("secrets", name, {"metadata": {"ownerReferences": [
+            dict(vm, blockOwnerDeletion=False)]}})
+        t.eq(r.status, 200, "blockOwnerDeletion false, as labvm sends it, is allowed", r)
+    finally:
+        kube.delete("secrets", name)
+
 
 reset_world(kube, db)
 t.done()

@@ -125,8 +125,20 @@ def lock_and_precheck():
         result = {}
         th = threading.Thread(target=lambda: result.setdefault("r", Api("student173").start("linux-basics")))
         th.start()
-        th.join(2)
-        t.ok(th.is_alive(), "with room, a start waits while another admission holds the lock")
+        # the start is queued on the lock: PostgreSQL shows its backend waiting for
+        # exactly this advisory lock (not merely a thread that has not returned yet)
+
+        def waiting():
+            return holder.one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                              "AND classid = 7302 AND objid = 0 AND objsubid = 2 "
+                              "AND NOT granted")[0]
+        try:
+            n = wait_until(waiting, 60, 0.1, "a backend waiting for the capacity lock")
+        except TimeoutError as e:
+            n = 0
+            t.diag(str(e))
+        t.eq(n, 1, "with room, a start waits for the lock another admission holds")
+        t.ok(th.is_alive() and "r" not in result, "and has not answered meanwhile")
         for i in range(CAPACITY):
             foreign_vm(f"filler-{i}")
         # the lock is held until this request has returned: were it queued for

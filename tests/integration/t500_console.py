@@ -19,6 +19,7 @@ upstream alive.
 import asyncio
 import base64
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -86,8 +88,8 @@ def api(method, path, user=USER, body=None, base=FRONT):
             return e.code, raw
 
 
-def stats():
-    with urllib.request.urlopen(CONSOLE + "/console-stats", timeout=5) as r:
+def stats(timeout=30):
+    with urllib.request.urlopen(CONSOLE + "/console-stats", timeout=timeout) as r:
         return json.loads(r.read())
 
 
@@ -258,14 +260,16 @@ def keystroke_is_relayed_at_once():
         c = await Console.open(ticket(lab["id"])["url"])
         await c.prompt(15)
         n = len(c.out)
-        t0 = time.monotonic()
-        await c.send(b"x")  # one byte, no newline: the echo must come back alone
-        ok = await c.until(lambda x: b"x" in x.out[n:], 5)
-        t.ok(ok, "single keystroke echoed")
-        t.ok(time.monotonic() - t0 < 1.0, "within a second", time.monotonic() - t0)
+        # one byte, no newline: its echo must come back alone, before anything
+        # else is sent (nothing buffers it until a newline or more input); how
+        # fast is benchmarks/console_latency.py's figure
+        await c.send(b"x")
+        ok = await c.until(lambda x: b"x" in x.out[n:], 60)
+        t.ok(ok, "single keystroke echoed on its own", bytes(c.out[n:]))
+        t.ok(b"\n" not in bytes(c.out[n:]), "no newline was needed", bytes(c.out[n:]))
         await c.send(b"\x15\r")  # ^U: erase the line again, and a fresh prompt
         n = len(c.out)
-        t.ok(await c.until(lambda x: PROMPT.search(bytes(x.out[n:][-64:])) is not None, 5),
+        t.ok(await c.until(lambda x: PROMPT.search(bytes(x.out[n:][-64:])) is not None, 60),
              "fresh prompt")
         await c.close()
     run(go())
@@ -312,9 +316,14 @@ def megabytes_of_output_repeatedly_and_the_bridge_stays_responsive():
             t.require(got, f"run {i}: end marker ({len(c.out)} bytes)")
             n = c.out[c.out.index(b"\n") + 1:].count(b"x")  # after the command's echo
             t.eq(n, 15000000, f"run {i}: every byte")
-            t0 = time.monotonic()
-            stats()
-            t.ok(time.monotonic() - t0 < 2, f"run {i}: bridge answers at once")
+            # a wedged service loop (the lws 4.1 regression) answers nothing at all
+            try:
+                st = stats(60)
+            except OSError as e:
+                st = {"error": repr(e)}
+            t.ok("upstream_connects" in st, f"run {i}: the bridge still answers", st)
+            await c.send(b"echo al''ive\r")
+            t.ok(await c.expect(b"alive\r\n", 60), f"run {i}: and the console still relays")
             await c.close()
     run(go())
 
@@ -488,8 +497,30 @@ def authz_session_not_ready():
 
 @t.test
 def stats_not_reachable_through_the_front_end():
-    st, _ = api("GET", "/console-stats")
-    t.ok(st in (403, 404), "front end does not serve /console-stats", st)
+    # positive control: the bridge serves it to a local caller
+    t.ok("upstream_connects" in stats(), "the bridge answers /console-stats locally")
+    # (the bridge means to refuse a request carrying X-Forwarded-For as well,
+    # browser.c http_request(), but on Debian's lws 4.1.6 it answers it: the
+    # front ends' routing below is what keeps the page away)
+    # through each front end, by every path that could end up at the bridge's
+    # /console-stats (the front ends proxy /console/ unchanged)
+    paths = ["/console-stats", "/console/console-stats", "/console/../console-stats",
+             "/console/%2e%2e/console-stats", "/console/..%2fconsole-stats",
+             "/console/%2E%2E%2Fconsole-stats", "/console//console-stats"]
+    for fe, base in (("lighttpd", FRONT), ("apache", APACHE)):
+        if not base:
+            t.fail(f"no {fe} front end in this stack")
+            continue
+        for path in paths:
+            conn = http.client.HTTPConnection(urllib.parse.urlsplit(base).hostname,
+                                              urllib.parse.urlsplit(base).port, timeout=10)
+            conn.request("GET", path, headers={"Authorization": auth(USER)})
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            t.ok(r.status in (400, 403, 404), f"{fe} GET {path}: refused", r.status)
+            t.ok(b"upstream_connects" not in body and b"browsers" not in body,
+                 f"{fe} GET {path}: no stats", body[:200])
 
 
 # ---------------------------------------------------------------- keepalive
@@ -646,7 +677,9 @@ def keepalive_pings_on_both_sides():
                     counts["browser"] += 1
                 return await orig(fin, opcode, data, *a, **kw)
             ws.write_frame = counting
-            await asyncio.sleep(4.5)
+            # the test never pings; wait for two pings on each side (at 1 s
+            # intervals; the limit is generous for a loaded machine)
+            await c.until(lambda x: counts["browser"] >= 2 and counts["upstream"] >= 2, 60)
             t.ok(counts["browser"] >= 2, "browser pinged", counts)
             t.ok(counts["upstream"] >= 2, "upstream pinged", counts)
             t.eq(c.code, None, "console still open")
@@ -708,15 +741,13 @@ def upstream_taken_over_closes_browser_and_sigterm_closes_cleanly():
             t.eq(code, 4502, f"bridge 1's browser closed when its upstream was kicked ({reason})")
             await b.send(b"echo on-bridge-''2\r")
             t.ok(await b.expect(b"on-bridge-2\r\n"), "bridge 2 relays")
-            t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
-            code, reason = await b.closed(5)
+            code, reason = await b.closed(60)
             t.eq(code, 1001, f"SIGTERM closes with 1001 ({reason})")
             closed = [m for m in b.ctl if m.get("type") == "closed"]
             t.ok(closed and closed[0]["code"] == 1001, "closed message first", b.ctl)
-            t.ok(time.monotonic() - t0 < 3, "within 3 s", time.monotonic() - t0)
         run(go())
-        t.eq(p.wait(10), 0, "bridge 2 exit status")
+        t.eq(p.wait(60), 0, "bridge 2 exits with status 0")
     finally:
         br.close()
 
@@ -729,12 +760,10 @@ def ending_the_session_closes_the_console():
     async def go():
         c = await Console.open(ticket(lab["id"])["url"])
         t.require(await c.prompt(15), "prompt (a fresh upstream after the takeover)")
-        t0 = time.monotonic()
         st, s = api("DELETE", f"/api/sessions/{lab['id']}")
         t.eq((st, s.get("state")), (200, "ended"), "DELETE")
-        code, reason = await c.closed(10)
+        code, reason = await c.closed(60)
         t.eq(code, 4410, f"closed as ended ({reason})")
-        t.ok(time.monotonic() - t0 < 6, "within seconds", time.monotonic() - t0)
     run(go())
     st, b = api("POST", f"/api/sessions/{lab['id']}/console-ticket", USER, {})
     t.eq(st, 409, "no ticket for an ended session")

@@ -204,6 +204,9 @@ class ProcessGuest:
 M={_sq(mg)}
 mount -t overlay overlay -o lowerdir=/,upperdir={_sq(up)},workdir={_sq(wk)} "$M"
 mount --rbind /dev "$M/dev"
+# the guest's serial console is its own (a pty, bound here when the console
+# first opens), never the host's serial port
+[ -e "$M/dev/ttyS0" ] && mount --bind /dev/null "$M/dev/ttyS0"
 mount -t proc proc "$M/proc"
 mount -t tmpfs -o mode=1777,size=512m tmpfs "$M/tmp"
 mount -t tmpfs -o mode=755,size=64m tmpfs "$M/run"
@@ -322,10 +325,22 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.master = m
         self.slave = s
+        self._bind_ttyS0(os.ttyname(s))
         self.pump = threading.Thread(target=self._pump_out, name=f"serial-{self.name}",
                                      daemon=True)
         self.pump.start()
         threading.Thread(target=self._getty_loop, name=f"getty-{self.name}", daemon=True).start()
+
+    def _bind_ttyS0(self, pts):
+        """The console pty is the guest's /dev/ttyS0, as KubeVirt's serial
+        console is (the agent's /tty-size sets its window size there)."""
+        pid = self._init()
+        if not pid:
+            return
+        r = subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "mount", "--bind", pts,
+                            "/dev/ttyS0"], stdin=subprocess.DEVNULL, capture_output=True)
+        if r.returncode:
+            self.log(f"console: /dev/ttyS0: {r.stderr.decode(errors='replace').strip()}")
 
     def _spawn_getty(self):
         auto = self._autologin()

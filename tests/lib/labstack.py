@@ -33,7 +33,7 @@ import urllib.request
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PGBIN = "/usr/lib/postgresql/15/bin"
-PASSWORD = "labvm"
+PASSWORD = "labvm"    # the students' (HTTP Basic); the database's is random per state folder
 USERS = 200          # the demo's students: student1..student200
 TEST_USERS = 400     # test stacks have more, so suites can each reserve their own
 
@@ -97,8 +97,27 @@ class Stack:
         self.logs = os.path.join(self.state, "logs")
         self.pids = os.path.join(self.state, "pids")
         self.conf = os.path.join(self.state, "labvm.conf")
-        self.database = (f"postgresql://labvm:{PASSWORD}@127.0.0.1:{self.ports['pg']}/labvm"
-                         "?connect_timeout=5")
+
+    @property
+    def db_password(self):
+        """The database role's password: random, kept in the state folder (so a
+        test can search every log for it; it is never 'labvm')."""
+        path = self.path("db-password")
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            os.makedirs(self.state, exist_ok=True)
+            pw = "dbpw" + secrets.token_hex(12)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pw + "\n")
+            return pw
+
+    @property
+    def database(self):
+        return (f"postgresql://labvm:{self.db_password}@127.0.0.1:{self.ports['pg']}/labvm"
+                "?connect_timeout=5")
 
     # ---------------------------------------------------------------- util
     def path(self, *p):
@@ -172,7 +191,8 @@ class Stack:
             shutil.chown(d, "postgres", "postgres")
             shutil.chown(run, "postgres", "postgres")
             subprocess.run(["runuser", "-u", "postgres", "--", f"{PGBIN}/initdb", "-D", data,
-                            "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8"],
+                            "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
+                            "-E", "UTF8", "--locale=C.UTF-8"],
                            check=True, stdout=subprocess.DEVNULL)
         opts = (f"-p {self.ports['pg']} -k {run} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=400")
@@ -186,8 +206,11 @@ class Stack:
         have = subprocess.run(su + ["-Atc", "SELECT 1 FROM pg_roles WHERE rolname='labvm'"],
                               capture_output=True, text=True, check=True).stdout.strip()
         if not have:
-            subprocess.run(su + ["-c", f"CREATE ROLE labvm LOGIN PASSWORD '{PASSWORD}'",
+            subprocess.run(su + ["-c", "CREATE ROLE labvm LOGIN",
                                  "-c", "CREATE DATABASE labvm OWNER labvm"], check=True)
+        # (again on every start: a state folder from before had the password 'labvm')
+        subprocess.run(su + ["-c", f"ALTER ROLE labvm PASSWORD '{self.db_password}'"],
+                       check=True, stdout=subprocess.DEVNULL)
         subprocess.run([os.path.join(SRC, "sql", "migrate"), self.database], check=True,
                        stdout=subprocess.DEVNULL)
 
@@ -224,6 +247,9 @@ class Stack:
                 "--port", str(self.ports["kube"]), "--profile", self.profile,
                 "--guest", self.guest,
                 "--rbac", os.path.join(SRC, "conf", "k8s", "rbac.yaml"),
+                # as hardened clusters (OpenShift) do: blockOwnerDeletion needs
+                # update on the owner's finalizers, so the shipped RBAC is proven
+                "--admission", "OwnerReferencesPermissionEnforcement",
                 "--seed", os.path.join(SRC, "tests", "kubesim", "seeds", "labs.yaml")]
         if self.time_scale:
             argv += ["--time-scale", str(self.time_scale)]

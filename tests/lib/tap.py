@@ -71,12 +71,13 @@ class T:
     def test(self, fn=None, *, name=None, skip=None):
         def run(f):
             tname = name or f.__name__
+            why = skip
             if self.only and not any(o in tname for o in self.only):
-                return f
-            if skip:
+                why = why or "not selected by TAP_ONLY"   # counted, never silent
+            if why:
                 self.n += 1
                 self.skipped += 1
-                print(f"ok {self.n} - {tname} # SKIP {skip}", flush=True)
+                print(f"ok {self.n} - {tname} # SKIP {why}", flush=True)
                 return f
             self._errs = []
             t0 = time.monotonic()

@@ -79,11 +79,12 @@ def image_builds_and_is_cached():
     for leaf in ("vmlinuz", "initrd-tiny.img", "recipe.sha256"):
         t.ok(os.path.getsize(os.path.join(IMG, leaf)) > 0, f"{leaf} present")
     # the second run finds the stamp and does nothing
-    t0 = time.monotonic()
+    before = {n: os.stat(os.path.join(IMG, n)).st_mtime_ns
+              for n in ("base.img", "vmlinuz", "initrd-tiny.img", "recipe.sha256")}
     r = subprocess.run([build, "--out", IMG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    took = time.monotonic() - t0
     t.ok(r.returncode == 0 and "up to date" in r.stdout, "second build is a no-op", r.stdout)
-    t.ok(took < 10, f"cached build took {took:.1f} s")
+    after = {n: os.stat(os.path.join(IMG, n)).st_mtime_ns for n in before}
+    t.eq(after, before, "the cached build rewrote nothing")
     r = subprocess.run([build, "--out", IMG, "--check"], stdout=subprocess.PIPE, text=True)
     t.eq(r.returncode, 0, "--check says up to date")
     t.ok(qemu_guest.image_ready(IMG), "image_ready()")
@@ -138,10 +139,8 @@ def start_makes_an_overlay_and_stop_removes_it():
              "the failed guest left no QEMU and no overlay")
         pid, overlay = g.pid, g.overlay_path
     finally:
-        t0 = time.monotonic()
         g.stop(timeout=1)
-        took = time.monotonic() - t0
-    t.ok(took < 15, f"stop took {took:.1f} s")
+    t.ok(not g.alive(), "stop() returns with QEMU gone")
     t.ok(not os.path.exists(overlay), "overlay removed")
     t.ok(not os.path.exists(g.seed_path), "seed removed")
     t.ok(not os.path.exists(f"/proc/{pid}"), "QEMU process gone")

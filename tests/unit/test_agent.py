@@ -308,7 +308,8 @@ def run_returns_exit_code_stdout_stderr():
     want_cwd = "/root" if os.access("/root", os.X_OK) else "/"
     t.eq(doc["stdout"], want_cwd + "\n/root\n[]\n", "cwd, HOME, empty stdin")
     doc = A.run("sleep 0.3", timeout_s=5)
-    t.ok(250 <= doc["duration_ms"] < 3000, "duration_ms measures", doc["duration_ms"])
+    t.ok(250 <= doc["duration_ms"], "duration_ms measures (at least the 0.3 s slept)",
+         doc["duration_ms"])
 
 
 @t.test
@@ -321,7 +322,8 @@ def run_timeout_kills_the_whole_process_group():
     t.eq(doc.get("timed_out"), True, "timed_out")
     t.ok(doc.get("exit_code") in (-9, None), "exit_code", doc.get("exit_code"))
     t.ok("never" not in doc.get("stdout", ""), "command was stopped")
-    t.ok(0.9 <= took < 5, "returned after about the timeout", took)
+    # not before the timeout, and well before the 60 s the command would take
+    t.ok(0.9 <= took < 55, "returned at the timeout, not when the command ended", took)
     pid = int(open(pidfile).read())
     t.ok(wait_gone(pid), "sleeping grandchild %d was killed" % pid)
 
@@ -331,7 +333,7 @@ def run_timeout_when_command_closed_its_output():
     t0 = time.monotonic()
     doc = A.run("exec >/dev/null 2>&1; sleep 30", timeout_s=0.5)
     t.eq((doc.get("timed_out"), doc.get("exit_code")), (True, -9), "timed out, killed")
-    t.ok(time.monotonic() - t0 < 4, "returned promptly")
+    t.ok(time.monotonic() - t0 < 28, "returned at the timeout, not after the 30 s sleep")
 
 
 @t.test
@@ -339,14 +341,14 @@ def run_background_process_holding_output_does_not_hang():
     pidfile = os.path.join(A.dir, "bg.pid")
     t0 = time.monotonic()
     doc = A.run("sleep 60 & echo $! > %s; echo started" % pidfile, timeout_s=20)
-    t.ok(time.monotonic() - t0 < 5, "returned soon after the shell exited")
+    t.ok(time.monotonic() - t0 < 19, "returned when the shell exited, not at the 20 s timeout")
     t.eq((doc.get("exit_code"), doc.get("timed_out"), doc.get("stdout")),
          (0, False, "started\n"), "result")
     t.ok(wait_gone(int(open(pidfile).read())), "leftover in the group was killed")
     # one that left the group (setsid) cannot be killed, but must not hang /run
     t0 = time.monotonic()
     doc = A.run("setsid sleep 30 & echo $! > %s; echo x" % pidfile, timeout_s=20)
-    t.ok(time.monotonic() - t0 < 5, "setsid child: returned soon")
+    t.ok(time.monotonic() - t0 < 19, "setsid child: returned before the 20 s timeout")
     t.eq((doc.get("exit_code"), doc.get("stdout")), (0, "x\n"), "setsid child: result")
     try:
         os.kill(int(open(pidfile).read()), signal.SIGKILL)
@@ -361,7 +363,7 @@ def run_large_output_is_capped_without_deadlock():
     doc = A.run("head -c 2000000 /dev/zero | tr '\\0' e >&2; "
                 "head -c 2000000 /dev/zero | tr '\\0' o; echo done >&2; exit 4",
                 timeout_s=20)
-    t.ok(time.monotonic() - t0 < 10, "no deadlock")
+    t.ok(time.monotonic() - t0 < 19, "no deadlock (returned before the 20 s timeout)")
     t.eq((doc.get("exit_code"), doc.get("timed_out"), doc.get("truncated")),
          (4, False, True), "exit_code, timed_out, truncated")
     t.eq(len(doc.get("stdout", "")), 65536, "stdout capped")
@@ -409,7 +411,6 @@ def oversized_body_is_413_unknown_path_404_wrong_method_405():
     except (BrokenPipeError, ConnectionResetError):
         status = "reset"
     t.ok(status in (413, "reset"), "2 MB body refused", status)
-    t.ok(time.monotonic() - t0 < 5, "2 MB body refused quickly")
     t.eq(A.req("GET", "/ready")[0], 503, "agent still answers")
     for method, path, want, allow in [("GET", "/nope", 404, None),
                                       ("GET", "/", 404, None),
@@ -465,35 +466,46 @@ def keep_alive_works_and_refusals_do_not_desync_it():
 
 @t.test
 def requests_are_served_concurrently():
+    """Six /run commands that each wait for a go file: all six start (served
+    at once, not one after another), /ready answers while they all still
+    wait, a stalled client blocks nobody; then go, and all six answer."""
     results, errors = {}, []
+    gate = tempfile.mkdtemp()
 
     def one(i):
         try:
-            results[i] = A.run("sleep 1; echo %d" % i, timeout_s=10)
+            results[i] = A.run(f"touch {gate}/started.{i}; "
+                               f"while [ ! -e {gate}/go ]; do sleep 0.05; done; echo {i}",
+                               timeout_s=300)
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
 
-    t0 = time.monotonic()
     threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for th in threads:
         th.start()
-    time.sleep(0.2)
-    t1 = time.monotonic()
-    status, _, _ = A.req("GET", "/ready")  # while six commands run
-    t.ok(time.monotonic() - t1 < 0.5, "/ready answered while /run commands run")
-    t.eq(status, 503, "/ready status")
-    # a stalled client (half a request) blocks nobody either
-    stalled = socket.create_connection(("127.0.0.1", A.port))
-    stalled.sendall(b"POST /run HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
-    for th in threads:
-        th.join(20)
-    took = time.monotonic() - t0
+    try:
+        deadline = time.monotonic() + 120
+        while (len([n for n in os.listdir(gate) if n.startswith("started.")]) < 6
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        started = sorted(n for n in os.listdir(gate) if n.startswith("started."))
+        t.eq(len(started), 6, "all six commands run at the same time", started)
+        status, _, _ = A.req("GET", "/ready")  # while six commands wait for go
+        t.eq(status, 503, "/ready answered while six /run commands are running")
+        t.eq(results, {}, "none of them could finish before go")
+        # a stalled client (half a request) blocks nobody either
+        stalled = socket.create_connection(("127.0.0.1", A.port))
+        stalled.sendall(b"POST /run HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+        t.eq(A.req("GET", "/ready")[0], 503, "/ready answered with a stalled client connected")
+    finally:
+        open(os.path.join(gate, "go"), "w").close()
+        for th in threads:
+            th.join(300)
     stalled.close()
     t.eq(errors, [], "errors")
     t.eq(sorted(results), list(range(6)), "all answered")
     for i, doc in results.items():
         t.eq((doc["stdout"], doc["exit_code"]), ("%d\n" % i, 0), "result %d" % i)
-    t.ok(took < 3, "six 1 s commands ran in parallel", took)
 
 
 # -- configuration --------------------------------------------------------------

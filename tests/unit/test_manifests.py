@@ -54,7 +54,9 @@ cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
 
 @t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets) validate strictly")
 def manifests_validate():
-    t.ok(len(objs) >= 10, "enough manifests produced", len(objs))
+    t.require(len(objs) >= 10, f"enough manifests produced: {len(objs)}")
+    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret"}, "VMs and Secrets",
+         {o["kind"] for o in objs})
     kinds = {(o["kind"], next((vol for vol in o.get("spec", {}).get("template", {}).get("spec", {})
                                .get("volumes", []) if vol["name"] == "rootdisk"), {}).keys()
               .__str__()) for o in objs}
@@ -119,6 +121,12 @@ CLOUD_INIT_KEYS = {"bootcmd", "write_files", "runcmd"}
 
 @t.test(name=f"{len(cfgs)} cloud-configs: agent first, lab files, setup, ready flag last")
 def cloud_configs():
+    vm_lessons = sorted(json.load(open(os.path.join(SRC, d, n)))["id"]
+                        for d in ("conf/lessons", "tests/lessons")
+                        for n in os.listdir(os.path.join(SRC, d)) if n.endswith(".json")
+                        and json.load(open(os.path.join(SRC, d, n))).get("runtime", "vm") == "vm")
+    t.require(len(vm_lessons) >= 9, f"the VM lessons are found: {vm_lessons}")
+    t.eq(sorted(d["lesson"] for d in cfgs), vm_lessons, "one cloud-config per VM lesson, each checked")
     agent = open(os.path.join(SRC, "fcgi-app", "guest", "agent.py")).read()
     for d in cfgs:
         ud = d["userdata"]

@@ -2,6 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "ticket.h"
 #include "unit.h"
 #include "util.h"
@@ -52,11 +55,44 @@ int main(void)
 	CHECK(ticket_verify(key, sizeof key - 1, NULL, 1900000000, &t) == TICKET_MALFORMED,
 	      "a missing ticket is refused");
 
-	/* a correctly signed payload that lacks fields is still malformed */
+	/* a payload without a signature is refused */
 	char *p64 = util_b64url("{\"sid\":\"x\"}", 11);
 	char *msg = xasprintf("v1.%s", p64);
 	CHECK(ticket_verify(key, sizeof key - 1, msg, 1900000000, &t) != TICKET_OK,
 	      "an unsigned payload is refused");
+	/* a correctly signed payload (HMAC-SHA256 of "v1.<payload>" with the right
+	 * key, as ticket_make signs) that lacks fields is still malformed: the
+	 * signature passes, the shape check refuses it */
+	unsigned char mac[EVP_MAX_MD_SIZE];
+	unsigned int maclen = 0;
+	CHECK(HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)msg,
+	           strlen(msg), mac, &maclen) != NULL &&
+	          maclen == 32,
+	      "HMAC computed");
+	char *m64 = util_b64url(mac, maclen);
+	char *signed_msg = xasprintf("%s.%s", msg, m64);
+	CHECK(ticket_verify(key, sizeof key - 1, signed_msg, 1900000000, &t) == TICKET_MALFORMED,
+	      "a correctly signed payload without the fields is malformed");
+	/* the same construction with every field verifies: the signing above is
+	 * the real one, so the refusal is the missing fields' */
+	char *full = xasprintf("{\"sid\":\"%s\",\"u\":\"student1\",\"vm\":\"lab-0b7e\","
+	                       "\"exp\":2000000000,\"n\":\"0123456789abcdef0123456789abcdef\"}",
+	                       sid);
+	char *f64 = util_b64url(full, strlen(full));
+	char *fmsg = xasprintf("v1.%s", f64);
+	HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)fmsg, strlen(fmsg),
+	     mac, &maclen);
+	char *fm64 = util_b64url(mac, maclen);
+	char *fsigned = xasprintf("%s.%s", fmsg, fm64);
+	CHECK(ticket_verify(key, sizeof key - 1, fsigned, 1900000000, &t) == TICKET_OK,
+	      "the same signing with every field present verifies");
+	free(full);
+	free(f64);
+	free(fmsg);
+	free(fm64);
+	free(fsigned);
+	free(m64);
+	free(signed_msg);
 	free(p64);
 	free(msg);
 	free(tk);

@@ -1,0 +1,191 @@
+/* api_operator.c - the operator page's API (web/operator.html), for the
+ * REMOTE_USERs listed in `operators` (labvm.conf); everyone else gets 403.
+ *
+ *   GET  /api/operator/overview[?n=N]   today's sessions, capacity, the
+ *        readiness of the last N starts (default 50, at most 1000), recent
+ *        failures with their stage and error, the warm pool (none yet)
+ *   POST /api/operator/sessions/{id}/end   end a session (end_reason
+ *        "operator"); its VM and Secret are deleted as on a user's end
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "jsonx.h"
+#include "kube.h"
+#include "log.h"
+#include "session.h"
+
+int api_is_operator(const struct cfg *c, const char *user); /* api_metrics.c */
+
+static int refuse(struct req *r)
+{
+	if (api_is_operator(r->x->cfg, r->user))
+		return 0;
+	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
+	return 1;
+}
+
+static int query_n(struct req *r)
+{
+	const char *q = FCGX_GetParam("QUERY_STRING", r->fr->envp);
+	int n = 50;
+	if (q) {
+		const char *p = strstr(q, "n=");
+		if (p && (p == q || p[-1] == '&')) {
+			long v = strtol(p + 2, NULL, 10);
+			if (v >= 1 && v <= 1000)
+				n = (int)v;
+		}
+	}
+	return n;
+}
+
+static void add_num_or_null(cJSON *o, const char *key, const char *v)
+{
+	if (v)
+		jx_add_num(o, key, strtod(v, NULL));
+	else
+		jx_add_null(o, key);
+}
+
+enum hres api_operator_overview(struct req *r)
+{
+	struct labctx *x = r->x;
+	char nbuf[16];
+	if (refuse(r))
+		return H_DONE;
+	int n = query_n(r);
+	snprintf(nbuf, sizeof nbuf, "%d", n);
+	const char *p1[1] = {x->cfg->environment}, *p2[2] = {x->cfg->environment, nbuf};
+
+	PGresult *today = db_exec(
+	    &x->db,
+	    "SELECT id, user_name, lesson, runtime, state, stage, disk_source, "
+	    "disk_fallback_reason, "
+	    "error, end_reason, labvm_ts(created_at), "
+	    "extract(epoch FROM clock_timestamp() - created_at)::float8, "
+	    "extract(epoch FROM ready_at - created_at)::float8 "
+	    "FROM sessions WHERE environment = $1 AND created_at >= date_trunc('day', now()) "
+	    "ORDER BY created_at DESC LIMIT 1000",
+	    1, p1);
+	PGresult *last = today ? db_exec(&x->db,
+	                                 "SELECT lesson, state, stage, disk_source, "
+	                                 "extract(epoch FROM running_at - created_at)::float8, "
+	                                 "extract(epoch FROM ready_at - created_at)::float8 "
+	                                 "FROM sessions WHERE environment = $1 "
+	                                 "ORDER BY created_at DESC LIMIT $2::int",
+	                                 2, p2)
+	                       : NULL;
+	PGresult *fails = last ? db_exec(&x->db,
+	                                 "SELECT id, user_name, lesson, stage, error, "
+	                                 "labvm_ts(created_at) FROM sessions "
+	                                 "WHERE environment = $1 AND state = 'failed' "
+	                                 "ORDER BY created_at DESC LIMIT 50",
+	                                 1, p1)
+	                       : NULL;
+	if (!fails) {
+		PQclear(today);
+		PQclear(last);
+		return api_db_error(r);
+	}
+
+	cJSON *o = jx_obj();
+	jx_add_str(o, "operator", r->user);
+	jx_add_str(o, "environment", x->cfg->environment);
+	cJSON *a = jx_add_arr(o, "sessions");
+	for (int i = 0; i < PQntuples(today); i++) {
+		cJSON *s = jx_obj();
+		jx_add_str(s, "id", db_val(today, i, 0));
+		jx_add_str(s, "user", db_val(today, i, 1));
+		jx_add_str(s, "lesson", db_val(today, i, 2));
+		jx_add_str(s, "runtime", db_val(today, i, 3));
+		jx_add_str(s, "state", db_val(today, i, 4));
+		jx_add_str(s, "stage", db_val(today, i, 5));
+		jx_add_str(s, "disk_source", db_val(today, i, 6));
+		jx_add_str(s, "fallback_reason", db_val(today, i, 7));
+		jx_add_str(s, "error", db_val(today, i, 8));
+		jx_add_str(s, "end_reason", db_val(today, i, 9));
+		jx_add_str(s, "created_at", db_val(today, i, 10));
+		add_num_or_null(s, "age_s", db_val(today, i, 11));
+		add_num_or_null(s, "ready_s", db_val(today, i, 12));
+		jx_push(a, s);
+	}
+	cJSON *rd = jx_add_obj(o, "readiness");
+	jx_add_num(rd, "n", n);
+	a = jx_add_arr(rd, "starts");
+	for (int i = 0; i < PQntuples(last); i++) {
+		cJSON *s = jx_obj();
+		jx_add_str(s, "lesson", db_val(last, i, 0));
+		jx_add_str(s, "state", db_val(last, i, 1));
+		jx_add_str(s, "stage", db_val(last, i, 2));
+		jx_add_str(s, "disk_source", db_val(last, i, 3));
+		add_num_or_null(s, "running_s", db_val(last, i, 4));
+		add_num_or_null(s, "ready_s", db_val(last, i, 5));
+		jx_push(a, s);
+	}
+	a = jx_add_arr(o, "failures");
+	for (int i = 0; i < PQntuples(fails); i++) {
+		cJSON *s = jx_obj();
+		jx_add_str(s, "id", db_val(fails, i, 0));
+		jx_add_str(s, "user", db_val(fails, i, 1));
+		jx_add_str(s, "lesson", db_val(fails, i, 2));
+		jx_add_str(s, "stage", db_val(fails, i, 3));
+		jx_add_str(s, "error", db_val(fails, i, 4));
+		jx_add_str(s, "created_at", db_val(fails, i, 5));
+		jx_push(a, s);
+	}
+	PQclear(today);
+	PQclear(last);
+	PQclear(fails);
+
+	/* capacity, counted as admission counts it */
+	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
+	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
+	cJSON *list = NULL;
+	long code = kube_list(&x->kube, path, sel, &list);
+	const cJSON *items = kj_get(list, "items");
+	cJSON *cap = jx_add_obj(o, "capacity");
+	jx_add_num(cap, "limit", x->cfg->vm_capacity);
+	if (code == 200 && cJSON_IsArray(items))
+		jx_add_num(cap, "in_use", cJSON_GetArraySize(items));
+	else
+		jx_add_null(cap, "in_use");
+	cJSON_Delete(list);
+	free(sel);
+	free(path);
+
+	cJSON *wp = jx_add_obj(o, "warm_pool");
+	jx_add_bool(wp, "available", 0);
+	resp_json(r, 200, o);
+	return H_DONE;
+}
+
+enum hres api_operator_end(struct req *r)
+{
+	struct session s;
+	if (refuse(r))
+		return H_DONE;
+	int rc = session_load(r->x, r->param, &s);
+	if (rc == SESSION_DBERR)
+		return api_db_error(r);
+	if (rc != SESSION_FOUND) {
+		resp_error(r, E_NOT_FOUND, "no such session");
+		return H_DONE;
+	}
+	if (session_active(&s)) {
+		if (session_finish(r->x, &s, SESSION_ENDED, "operator", NULL) < 0) {
+			session_free(&s);
+			resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again");
+			return H_DONE;
+		}
+		log_info("operator %s ended session %s of user %s (lesson %s)", r->user, s.id,
+		         s.user, s.lesson);
+	} else {
+		session_delete_objects(r->x, &s);
+	}
+	resp_json(r, 200, session_json(&s));
+	session_free(&s);
+	return H_DONE;
+}

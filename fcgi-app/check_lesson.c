@@ -1,0 +1,314 @@
+/* check_lesson.c - labvm.fcgi --check LESSON.json...: the teacher's check of
+ * lesson files before they go to the operators. No labvm.conf needed.
+ *
+ * For each file: the JSON itself (line and column of a syntax error); every
+ * rule labvm applies when it loads lessons (the message names the field, as
+ * a path like files[2].mode, and what is expected); keys labvm does not know
+ * (warnings: a typo such as "setpu" would otherwise be ignored); paths
+ * reserved for labvm's agent; the setup script and each grader command
+ * through `sh -n`; and the cloud-config labvm renders for the lesson, checked
+ * with cloud-init's own schema (`cloud-init schema`, Debian package
+ * cloud-init) when it is installed and with labvm's rules (header, size
+ * within a Secret) always. Exit status 0 when every file is usable (warnings
+ * allowed), 1 otherwise. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "check_lesson.h"
+#include "cloudinit.h"
+#include "lesson.h"
+#include "util.h"
+
+#define LESSON_FILE_MAX  (1u << 20)
+#define SECRET_MAX_BYTES (1u << 20) /* Kubernetes: a Secret's data is at most 1 MiB */
+
+struct ctx {
+	const char *file;
+	int errors, warnings;
+};
+
+static void report(struct ctx *c, int error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void report(struct ctx *c, int error, const char *fmt, ...)
+{
+	va_list ap;
+	printf("%s: %s: ", c->file, error ? "error" : "warning");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	if (error)
+		c->errors++;
+	else
+		c->warnings++;
+}
+
+static int known(const char *key, const char *const *keys)
+{
+	for (; *keys; keys++)
+		if (strcmp(key, *keys) == 0)
+			return 1;
+	return 0;
+}
+
+static void unknown_keys(struct ctx *c, const cJSON *o, const char *where, const char *const *keys)
+{
+	const cJSON *it;
+	cJSON_ArrayForEach(it, o)
+	{
+		if (!known(it->string, keys)) {
+			char list[512] = "";
+			for (const char *const *k = keys; *k; k++) {
+				strncat(list, *k, sizeof list - strlen(list) - 3);
+				if (k[1])
+					strncat(list, ", ", sizeof list - strlen(list) - 1);
+			}
+			report(c, 0, "%s%s\"%s\": unknown key, ignored by labvm (known: %s)", where,
+			       *where ? "." : "", it->string, list);
+		}
+	}
+}
+
+/* sh -n on text; 0 when the shell parses it, else -1 with the shell's message */
+static int sh_syntax(const char *text, char *msg, size_t msglen)
+{
+	char path[] = "/tmp/labvm-check-XXXXXX";
+	int fd = mkstemp(path);
+	msg[0] = '\0';
+	if (fd < 0)
+		return 0; /* cannot check: not the lesson's fault */
+	size_t n = strlen(text);
+	int ok = write(fd, text, n) == (ssize_t)n;
+	close(fd);
+	char *out = xasprintf("%s.err", path);
+	char *cmd = xasprintf("/bin/sh -n %s 2>%s", path, out);
+	int rc = ok ? system(cmd) : 0;
+	size_t len = 0;
+	char *err = util_read_file(out, 4096, &len);
+	if (rc != 0 && err) {
+		util_rstrip(err);
+		/* the temporary file name means nothing to the teacher */
+		char *p = strstr(err, path);
+		p = p ? p + strlen(path) : err;
+		int line = 0, used = 0;
+		if (sscanf(p, ": %d: %n", &line, &used) == 1 && used > 0)
+			snprintf(msg, msglen, "line %d: %s", line, p + used);
+		else
+			snprintf(msg, msglen, "%s", p);
+		for (char *q = msg; *q; q++)
+			if (*q == '\n')
+				*q = ' ';
+	}
+	unlink(path);
+	unlink(out);
+	free(err);
+	free(out);
+	free(cmd);
+	return rc == 0 ? 0 : -1;
+}
+
+static void check_cloud_config(struct ctx *c, const struct lesson *l)
+{
+	char *ud =
+	    cloudinit_build(l, "0000000000000000000000000000000000000000000000000000000000000000");
+	if (!ud) {
+		report(c, 1, "the cloud-config could not be rendered (out of memory)");
+		return;
+	}
+	size_t n = strlen(ud);
+	if (strncmp(ud, "#cloud-config\n", 14) != 0)
+		report(c, 1, "cloud-config: does not start with #cloud-config");
+	if (n > SECRET_MAX_BYTES)
+		report(
+		    c, 1,
+		    "files, setup: the rendered cloud-config is %zu bytes; a Secret holds at most "
+		    "%u: make the lab files smaller or fetch them in setup",
+		    n, SECRET_MAX_BYTES);
+	if (access("/usr/bin/cloud-init", X_OK) != 0) {
+		printf(
+		    "%s: note: cloud-init is not installed here: the cloud-config (%zu bytes) was "
+		    "checked with labvm's rules only (apt-get install cloud-init for its schema)\n",
+		    c->file, n);
+		free(ud);
+		return;
+	}
+	char path[] = "/tmp/labvm-check-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		free(ud);
+		return;
+	}
+	int ok = write(fd, ud, n) == (ssize_t)n;
+	close(fd);
+	char *out = xasprintf("%s.out", path);
+	char *cmd = xasprintf("/usr/bin/cloud-init schema -c %s >%s 2>&1", path, out);
+	int rc = ok ? system(cmd) : 0;
+	size_t len;
+	char *text = util_read_file(out, 1 << 16, &len);
+	if (rc != 0) {
+		if (text) {
+			util_rstrip(text);
+			for (char *q = text; *q; q++)
+				if (*q == '\n')
+					*q = ' ';
+		}
+		report(c, 1, "cloud-config: cloud-init's schema refuses it: %s",
+		       text ? text : "(no output)");
+	} else {
+		printf("%s: cloud-config: %zu bytes, valid for cloud-init's schema\n", c->file, n);
+	}
+	unlink(path);
+	unlink(out);
+	free(text);
+	free(out);
+	free(cmd);
+	free(ud);
+}
+
+static const char *const top_keys[] = {"id",
+                                       "title",
+                                       "description",
+                                       "i18n",
+                                       "runtime",
+                                       "minutes",
+                                       "image",
+                                       "disk",
+                                       "golden_pvc",
+                                       "disk_size",
+                                       "memory",
+                                       "cpus",
+                                       "running_timeout_s",
+                                       "ready_timeout_s",
+                                       "files",
+                                       "setup",
+                                       "grader",
+                                       NULL};
+static const char *const file_keys[] = {"path", "content", "mode", NULL};
+static const char *const step_keys[] = {"name", "command", "timeout_s", NULL};
+static const char *const i18n_keys[] = {"title", "description", NULL};
+
+static const char *const reserved[] = {"/opt/labvm/",   "/etc/labvm/",   "/var/lib/labvm/",
+                                       GUEST_SETUP_LOG, GUEST_AUTOLOGIN, NULL};
+
+static void check_one(const char *file, int *bad)
+{
+	struct ctx c = {file, 0, 0};
+	size_t len;
+	char *text = util_read_file(file, LESSON_FILE_MAX, &len);
+	if (!text) {
+		report(&c, 1, "cannot read it (or it is over %u bytes)", LESSON_FILE_MAX);
+		*bad = 1;
+		return;
+	}
+	cJSON *o = cJSON_ParseWithLength(text, len);
+	if (!o) {
+		const char *at = cJSON_GetErrorPtr();
+		int line = 1, col = 1;
+		for (const char *p = text; at && p < at && p < text + len; p++) {
+			if (*p == '\n') {
+				line++;
+				col = 1;
+			} else {
+				col++;
+			}
+		}
+		report(&c, 1, "line %d, column %d: not valid JSON here (a missing comma or quote?)",
+		       line, col);
+		printf("%s: NOT usable (1 errors, 0 warnings)\n", file);
+		free(text);
+		*bad = 1;
+		return;
+	}
+	struct lesson l;
+	char err[512];
+	if (lesson_parse(text, len, &l, err, sizeof err) < 0) {
+		report(&c, 1, "%s", err);
+	} else {
+		/* the file name: lessons are found by their id, the file name is the operators' */
+		const char *base = strrchr(file, '/');
+		base = base ? base + 1 : file;
+		char *want = xasprintf("%s.json", l.id);
+		if (strcmp(base, want) != 0)
+			report(&c, 0,
+			       "\"id\": \"%s\", but the file is called %s (operators expect %s)",
+			       l.id, base, want);
+		free(want);
+		for (size_t i = 0; i < l.nfiles; i++)
+			for (const char *const *r = reserved; *r; r++) {
+				size_t rl = strlen(*r);
+				if (strncmp(l.files[i].path, *r, rl) == 0 ||
+				    (r[0][rl - 1] == '/' &&
+				     strncmp(l.files[i].path, *r, rl - 1) == 0 &&
+				     l.files[i].path[rl - 1] == '\0'))
+					report(&c, 1,
+					       "files[%zu].path: \"%s\" is labvm's own (%s): "
+					       "choose another "
+					       "place, e.g. under /root/lab/",
+					       i, l.files[i].path, *r);
+			}
+		char msg[512];
+		if (l.setup && sh_syntax(l.setup, msg, sizeof msg) < 0)
+			report(&c, 1, "setup: not a valid shell script: %s", msg);
+		for (size_t i = 0; i < l.nsteps; i++)
+			if (sh_syntax(l.steps[i].command, msg, sizeof msg) < 0)
+				report(
+				    &c, 1,
+				    "grader[%zu].command (\"%s\"): not a valid shell command: %s",
+				    i, l.steps[i].name, msg);
+		if (l.nsteps == 0)
+			report(&c, 0, "\"grader\": no steps: Grade will have nothing to say");
+		if (l.runtime == RUNTIME_VM)
+			check_cloud_config(&c, &l);
+		if (!c.errors)
+			printf("%s: lesson \"%s\" (%s, %s disk): %zu files, %s, %zu grader steps, "
+			       "timeouts %d s running / %d s ready\n",
+			       file, l.id, lesson_runtime_str(l.runtime), lesson_disk_str(l.disk),
+			       l.nfiles, l.setup ? "a setup script" : "no setup", l.nsteps,
+			       l.running_timeout_s, l.ready_timeout_s);
+		lesson_free(&l);
+	}
+	unknown_keys(&c, o, "", top_keys);
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "files"), *it;
+	int i = 0;
+	char where[32];
+	const cJSON *arr = cJSON_IsArray(a) ? a : NULL;
+	cJSON_ArrayForEach(it, arr)
+	{
+		snprintf(where, sizeof where, "files[%d]", i++);
+		if (cJSON_IsObject(it))
+			unknown_keys(&c, it, where, file_keys);
+	}
+	a = cJSON_GetObjectItemCaseSensitive(o, "grader");
+	i = 0;
+	arr = cJSON_IsArray(a) ? a : NULL;
+	cJSON_ArrayForEach(it, arr)
+	{
+		snprintf(where, sizeof where, "grader[%d]", i++);
+		if (cJSON_IsObject(it))
+			unknown_keys(&c, it, where, step_keys);
+	}
+	const cJSON *ja =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "i18n"), "ja");
+	if (cJSON_IsObject(ja))
+		unknown_keys(&c, ja, "i18n.ja", i18n_keys);
+	printf("%s: %s (%d errors, %d warnings)\n", file, c.errors ? "NOT usable" : "ok", c.errors,
+	       c.warnings);
+	if (c.errors)
+		*bad = 1;
+	cJSON_Delete(o);
+	free(text);
+}
+
+int check_lesson_files(int n, char **files)
+{
+	int bad = 0;
+	for (int i = 0; i < n; i++)
+		check_one(files[i], &bad);
+	return bad ? 1 : 0;
+}
