@@ -52,10 +52,11 @@ pods = [d for d in docs if d.get("kind") == "Pod"]
 cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
 
 
-@t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets) validate strictly")
+@t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets, Pods) validate strictly")
 def manifests_validate():
     t.require(len(objs) >= 10, f"enough manifests produced: {len(objs)}")
-    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret"}, "VMs and Secrets",
+    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret", "Pod"},
+         "VMs, Secrets and (pod lessons) Pods",
          {o["kind"] for o in objs})
     kinds = {(o["kind"], next((vol for vol in o.get("spec", {}).get("template", {}).get("spec", {})
                                .get("volumes", []) if vol["name"] == "rootdisk"), {}).keys()
