@@ -240,4 +240,48 @@ def reaper_pods():
     vm.end(v["id"])
 
 
+@t.test(name="networkpolicy.yaml: nothing reaches a lab Pod; it reaches the internet only")
+def network_policy():
+    import yaml
+    np_path = f"/apis/networking.k8s.io/v1/namespaces/{kube.ns}/networkpolicies"
+    src = os.environ.get("LABVM_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    probe = ("python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(2)\n"
+             "try:\n s.connect((sys.argv[1], int(sys.argv[2]))); print('open')\n"
+             "except ConnectionRefusedError: print('refused')\n"
+             "except socket.timeout: print('timeout')\n"
+             "except OSError as e: print('error-%d' % e.errno)\" ")
+    a, b = Api("student366"), Api("student367")
+    sa = a.wait_state(a.start("k8s-pod-intro").json["id"], ("ready",), 60)
+    sb = b.wait_state(b.start("k8s-pod-intro").json["id"], ("ready",), 60)
+    pa, pb = vm_of(sa), vm_of(sb)
+    ip_a = kube.get("pods", pa).json["status"]["podIP"]
+    # a student's server in Pod A (no capabilities needed above port 1024)
+    in_pod(pa, "setsid python3 -m http.server 8080 >/dev/null 2>&1 & sleep 1")
+    t.eq(in_pod(pb, probe + f"{ip_a} 8080")["stdout"].strip(), "open",
+         "without the policy another Pod reaches it")
+    try:
+        with open(os.path.join(src, "conf", "k8s", "networkpolicy.yaml")) as f:
+            for pol in yaml.safe_load_all(f):
+                r = kube.request("POST", np_path, pol)
+                t.eq(r.status, 201, f"{pol['metadata']['name']} applied", r.json)
+        time.sleep(1.0)
+        got = in_pod(pb, probe + f"{ip_a} 8080")["stdout"].strip()
+        t.ok(got in ("timeout", "refused"), "with it, another lab Pod does not reach it", got)
+        t.eq(in_pod(pa, probe + "203.0.113.10 80")["stdout"].strip(), "open",
+             "the lab Pod reaches the internet")
+        t.ok(in_pod(pa, probe + f"{kube.get('pods', pb).json['status']['podIP']} 8080")
+             ["stdout"].strip() in ("timeout", "refused"), "but no other Pod")
+        for p in kube.request("GET", np_path).json.get("items", []):
+            kube.request("DELETE", f"{np_path}/{p['metadata']['name']}")
+        time.sleep(1.0)
+        t.eq(in_pod(pb, probe + f"{ip_a} 8080")["stdout"].strip(), "open",
+             "the policies gone, it is reached again (it was the policy)")
+    finally:
+        for p in kube.request("GET", np_path).json.get("items", []):
+            kube.request("DELETE", f"{np_path}/{p['metadata']['name']}")
+        a.end(sa["id"])
+        b.end(sb["id"])
+
+
 t.done()

@@ -291,6 +291,129 @@ def validate_pvc(obj, causes):
         causes.append(("FieldValueRequired", "spec.resources[storage]", "Required value"))
 
 
+def validate_workload(res, obj, causes):
+    """A few of the apiserver's checks of Deployments, CronJobs and Pods beyond
+    the schema (pkg/apis/{apps,batch,core}/validation)."""
+    spec = obj.get("spec") or {}
+    if res.plural == "deployments":
+        sel = spec.get("selector")
+        if not sel:
+            causes.append(("FieldValueRequired", "spec.selector", "Required value"))
+        else:
+            from labelsel import match_label_selector_obj
+            labels = dig(spec, "template", "metadata", "labels") or {}
+            if not match_label_selector_obj(sel, labels):
+                causes.append(("FieldValueInvalid", "spec.template.metadata.labels",
+                               f"Invalid value: {_q(labels)}: `selector` does not match "
+                               "template `labels`"))
+        pod = dig(spec, "template", "spec") or {}
+        _pod_spec(pod, "spec.template.spec", causes, ("Always",))
+    elif res.plural == "cronjobs":
+        sched = spec.get("schedule")
+        if not sched:
+            causes.append(("FieldValueRequired", "spec.schedule", "Required value"))
+        elif not (sched.startswith("@") or len(sched.split()) == 5):
+            causes.append(("FieldValueInvalid", "spec.schedule", f"Invalid value: {_q(sched)}: "
+                           f"unparseable schedule: expected exactly 5 fields, found "
+                           f"{len(sched.split())}: {_q(sched)}"))
+        cp = spec.get("concurrencyPolicy", "Allow")
+        if cp not in ("Allow", "Forbid", "Replace"):
+            causes.append(("FieldValueNotSupported", "spec.concurrencyPolicy",
+                           f'Unsupported value: "{cp}": supported values: "Allow", "Forbid", '
+                           '"Replace"'))
+        pod = dig(spec, "jobTemplate", "spec", "template", "spec") or {}
+        _pod_spec(pod, "spec.jobTemplate.spec.template.spec", causes, ("OnFailure", "Never"))
+    elif res.plural == "pods":
+        _pod_spec(spec, "spec", causes, ("Always", "OnFailure", "Never"))
+
+
+def _pod_spec(pod, f, causes, restart):
+    cs = pod.get("containers") or []
+    if not cs:
+        causes.append(("FieldValueRequired", f"{f}.containers", "Required value"))
+    names = set()
+    for i, c in enumerate(cs):
+        n = c.get("name")
+        if not n:
+            causes.append(("FieldValueRequired", f"{f}.containers[{i}].name", "Required value"))
+        elif n in names:
+            causes.append(("FieldValueDuplicate", f"{f}.containers[{i}].name",
+                           f"Duplicate value: {_q(n)}"))
+        names.add(n)
+        if not c.get("image"):
+            causes.append(("FieldValueRequired", f"{f}.containers[{i}].image", "Required value"))
+    rp = pod.get("restartPolicy", "Always")
+    if rp not in restart:
+        causes.append(("FieldValueNotSupported", f"{f}.restartPolicy",
+                       f'Unsupported value: "{rp}": supported values: '
+                       + ", ".join(f'"{r}"' for r in restart)))
+    vols = {v.get("name") for v in pod.get("volumes") or []}
+    for i, c in enumerate(cs):
+        for j, m in enumerate(c.get("volumeMounts") or []):
+            if m.get("name") not in vols:
+                causes.append(("FieldValueNotFound", f"{f}.containers[{i}].volumeMounts[{j}].name",
+                               f"Not found: {_q(m.get('name'))}"))
+
+
+def validate_netpol(obj, causes):
+    """The apiserver's NetworkPolicy validation (pkg/apis/networking/validation)."""
+    import ipaddress
+    spec = obj.get("spec") or {}
+    for i, t in enumerate(spec.get("policyTypes") or []):
+        if t not in ("Ingress", "Egress"):
+            causes.append(("FieldValueNotSupported", f"spec.policyTypes[{i}]",
+                           f'Unsupported value: "{t}": supported values: "Ingress", "Egress"'))
+    for sect, key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(sect) or []):
+            for j, pp in enumerate(rule.get("ports") or []):
+                f = f"spec.{sect}[{i}].ports[{j}]"
+                proto = pp.get("protocol", "TCP")
+                if proto not in ("TCP", "UDP", "SCTP"):
+                    causes.append(("FieldValueNotSupported", f"{f}.protocol",
+                                   f'Unsupported value: "{proto}": supported values: "SCTP", '
+                                   '"TCP", "UDP"'))
+                port, end = pp.get("port"), pp.get("endPort")
+                if isinstance(port, int) and not 1 <= port <= 65535:
+                    causes.append(("FieldValueInvalid", f"{f}.port", f"Invalid value: {port}: "
+                                   "must be between 1 and 65535, inclusive"))
+                if end is not None:
+                    if not isinstance(port, int):
+                        causes.append(("FieldValueForbidden", f"{f}.endPort", "Forbidden: may "
+                                       "not be specified when port is non-numeric"))
+                    elif end < port:
+                        causes.append(("FieldValueInvalid", f"{f}.endPort", f"Invalid value: "
+                                       f"{end}: must be greater than or equal to port"))
+            for j, peer in enumerate(rule.get(key) or []):
+                f = f"spec.{sect}[{i}].{key}[{j}]"
+                n = sum(1 for k in ("podSelector", "namespaceSelector", "ipBlock")
+                        if peer.get(k) is not None)
+                if n == 0:
+                    causes.append(("FieldValueRequired", f, "Required value: must specify a peer"))
+                elif peer.get("ipBlock") is not None and n > 1:
+                    causes.append(("FieldValueForbidden", f, "Forbidden: may not specify both "
+                                   "ipBlock and another peer"))
+                blk = peer.get("ipBlock")
+                if blk is None:
+                    continue
+                try:
+                    net = ipaddress.ip_network(blk.get("cidr") or "", strict=False)
+                except ValueError:
+                    causes.append(("FieldValueInvalid", f"{f}.ipBlock.cidr",
+                                   f"Invalid value: {_q(blk.get('cidr') or '')}: must be a valid "
+                                   "CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"))
+                    continue
+                for k, e in enumerate(blk.get("except") or []):
+                    try:
+                        en = ipaddress.ip_network(e, strict=False)
+                        ok = en.version == net.version and en.subnet_of(net) and en != net
+                    except ValueError:
+                        ok = False
+                    if not ok:
+                        causes.append(("FieldValueInvalid", f"{f}.ipBlock.except[{k}]",
+                                       f"Invalid value: {_q(e)}: must be a strict subset of "
+                                       "`cidr`"))
+
+
 WEBHOOKS = {
     "virtualmachines": "virtualmachine-validator.kubevirt.io",
     "virtualmachineinstances": "virtualmachineinstances-create-validator.kubevirt.io",

@@ -179,6 +179,10 @@ class ApiServer:
                 if old.get("immutable") and (old.get("data") != obj.get("data")):
                     causes.append(("FieldValueForbidden", "data",
                                    "Forbidden: field is immutable when `immutable` is set"))
+        elif res.plural == "networkpolicies":
+            admission.validate_netpol(obj, causes)
+        elif res.plural in ("deployments", "cronjobs") or (res.plural == "pods" and creating):
+            admission.validate_workload(res, obj, causes)
         elif res.plural == "persistentvolumeclaims":
             admission.validate_pvc(obj, causes)
             if old is not None and old.get("spec") != obj.get("spec") and \

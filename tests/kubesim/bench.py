@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """kubesim's own figures: N VMs created, listed with a selector and deleted in
 the fast profile (wall time, simulator RSS), with and without guests, and the
-cost of one process guest (start ms, MiB). Not part of `make check`.
+cost of one process guest (start ms, MiB), and the cost of the pod network
+per guest (--net-cost K: K guests started with and without their network
+namespace on the pod network; kernel memory from /proc/meminfo, so run it on
+a quiet machine). Not part of `make check`.
 
     PYTHONPATH=tests/lib tests/kubesim/bench.py [--vms 200] [--runs 3] [--guest none|process]
+    PYTHONPATH=tests/lib tests/kubesim/bench.py --vms 0 --guest-cost 0 --net-cost 20
 """
 import argparse
 import concurrent.futures
@@ -85,16 +89,28 @@ def one_run(n, guest, workers=20):
                 "guests_gone_s": t_guests_gone if guest != "none" else 0.0}
 
 
-def guest_cost(k=10, ud=None):
-    """Start k process guests directly (no API) and measure ms to init-in-chroot and MiB."""
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":")
+            out[k] = int(v.split()[0])
+    return out
+
+
+def guest_cost(k=10, ud=None, net=None):
+    """Start k process guests directly (no API) and measure ms to init-in-chroot and MiB;
+    with net (a started podnet.PodNetwork) each in its own network namespace on it."""
     import tempfile
     import guests
     d = tempfile.mkdtemp(prefix="kubesim-bench-")
     gs, times = [], []
     ud = (ud or GUEST_UD).encode()
+    m0 = meminfo()
     for i in range(k):
-        g = guests.ProcessGuest(f"bench-{i}", os.path.join(d, str(i)), ud, f"127.250.0.{i + 1}",
-                                boot_delay=0.0, hide=[d])
+        ip = net.pool[i] if net else f"127.250.0.{i + 1}"
+        g = guests.ProcessGuest(f"bench-{i}", os.path.join(d, str(i)), ud, ip,
+                                boot_delay=0.0, hide=[d], net=net)
         t0 = time.monotonic()
         g.start()
         ok = g.wait_ready(10)
@@ -105,6 +121,9 @@ def guest_cost(k=10, ud=None):
     for i, g in enumerate(gs):
         simlib.wait_for(lambda: g.exec("test -e /root/ready", 5)[0] == 0, 20)
     time.sleep(0.5)
+    m1 = meminfo()
+    kernel = {key: (m1[key] - m0[key]) / 1024 / k for key in ("Slab", "Percpu")}
+    used = ((m0["MemAvailable"] - m1["MemAvailable"]) / 1024) / k
     rss = [g.rss() / 2**20 for g in gs]
     pss = [g.pss() / 2**20 for g in gs]
     upper = []
@@ -125,7 +144,10 @@ def guest_cost(k=10, ud=None):
     shutil.rmtree(d, ignore_errors=True)
     return {"start_ms_median": statistics.median(times), "start_ms_max": max(times),
             "rss_mib_median": statistics.median(rss), "pss_mib_median": statistics.median(pss),
-            "upper_mib_median": statistics.median(upper), "stop_ms_mean": stop_ms}
+            "upper_mib_median": statistics.median(upper), "stop_ms_mean": stop_ms,
+            "kernel_slab_mib_per_guest": kernel["Slab"],
+            "kernel_percpu_mib_per_guest": kernel["Percpu"],
+            "memavailable_drop_mib_per_guest": used}
 
 
 def main():
@@ -134,9 +156,10 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--guest", action="append", default=None)
     ap.add_argument("--guest-cost", type=int, default=10)
+    ap.add_argument("--net-cost", type=int, default=0)
     a = ap.parse_args()
     out = {}
-    for guest in a.guest or ["none", "process"]:
+    for guest in (a.guest or ["none", "process"]) if a.vms else []:
         runs = [one_run(a.vms, guest) for _ in range(a.runs)]
         out[f"{a.vms} VMs, guest={guest}"] = {k: round(statistics.median(r[k] for r in runs), 3)
                                              for k in runs[0]}
@@ -147,6 +170,20 @@ def main():
         out["process guest cost, bare (cloud-config touches a file)"] = {
             k: round(v, 2) for k, v in guest_cost(
                 a.guest_cost, "#cloud-config\nruncmd:\n- touch /root/ready\n").items()}
+    if a.net_cost:
+        import podnet
+        bare = "#cloud-config\nruncmd:\n- touch /root/ready\n"
+        net = podnet.PodNetwork(simlib.free_port())
+        t0 = time.monotonic()
+        net.start()
+        setup_ms = (time.monotonic() - t0) * 1000
+        try:
+            for label, n in (("without", None), ("with", net)):
+                out[f"process guest, {label} its network namespace on the pod network"] = {
+                    k: round(v, 2) for k, v in guest_cost(a.net_cost, bare, n).items()}
+        finally:
+            net.stop()
+        out["pod network set-up (once per simulator), ms"] = round(setup_ms, 1)
     print(json.dumps(out, indent=2))
 
 

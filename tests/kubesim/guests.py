@@ -7,7 +7,7 @@ in by implementing the same class shape; the simulator picks the driver with
 
     class Driver:
         def __init__(self, name, workdir, userdata, ip, memory_mib, cpus, disk,
-                     boot_delay=0.0, env=None, hostname=None, log=None): ...
+                     boot_delay=0.0, env=None, hostname=None, log=None, net=None): ...
             name        the VMI name ("<namespace>/<name>" is not used: one
                         simulator serves names unique per namespace; the
                         simulator passes "<ns>.<name>" style unique names in
@@ -17,9 +17,15 @@ in by implementing the same class shape; the simulator picks the driver with
                         logs, sockets); the driver may remove it in stop()
             userdata    bytes: the NoCloud user-data (from the Secret's key
                         `userdata` or `userData`, or inline), or None
-            ip          the guest's own loopback address ("127.A.B.C"), also
-                        reported as the VMI's ipAddress; every guest process
-                        gets LABVM_AGENT_LISTEN=<ip>:8899 in its environment
+            ip          the pod's address, also reported as the VMI's
+                        ipAddress
+            net         the simulator's pod network (podnet.PodNetwork): the
+                        driver runs the guest in a network namespace of its
+                        own and attaches it there with ip (net.attach), and
+                        detaches it in stop(); every process guest process gets
+                        LABVM_AGENT_LISTEN=0.0.0.0:8899. Without net (direct
+                        use: bench.py, tests/qemu/t900) ip is a loopback
+                        address of the host the agent listens on
             memory_mib, cpus   from the VMI's domain (requests / cpu cores)
             disk        {"kind": "containerDisk", "image": "..."} |
                         {"kind": "ephemeral", "claimName": "...", "pvc": {...}} |
@@ -163,8 +169,9 @@ class ProcessGuest:
     kind = "process"
 
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
-                 boot_delay=0.0, env=None, hostname=None, log=None, hide=()):
+                 boot_delay=0.0, env=None, hostname=None, log=None, hide=(), net=None):
         self.name = name
+        self.net = net            # podnet.PodNetwork: the guest gets its own network namespace
         self.workdir = workdir
         self.userdata = userdata
         self.ip = ip
@@ -173,7 +180,10 @@ class ProcessGuest:
         self.disk = disk or {}
         self.boot_delay = boot_delay
         self.hostname = (hostname or name)[:63]
-        self.env = {"LABVM_AGENT_LISTEN": f"{ip}:{AGENT_PORT}"}
+        # on the pod network the agent listens on its normal address inside
+        # the guest's own network namespace; without it, on the guest's own
+        # loopback address
+        self.env = {"LABVM_AGENT_LISTEN": f"{'0.0.0.0' if net else ip}:{AGENT_PORT}"}
         self.env.update(env or {})
         self.log = log or (lambda m: None)
         self.hide = [h for h in hide if h]
@@ -216,8 +226,9 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
 """
         plan = cloudinit.plan(self.userdata, self.hostname, dict(self.env))
         plan["boot_delay"] = self.boot_delay
-        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid",
-                "--fork", "--kill-child", "/bin/sh", "-c", setup, "guest-setup", init_src]
+        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid"] + \
+            (["--net"] if self.net else []) + \
+            ["--fork", "--kill-child", "/bin/sh", "-c", setup, "guest-setup", init_src]
         logf = open(os.path.join(self.workdir, "guest.log"), "ab")
         self.started_at = time.monotonic()
 
@@ -227,6 +238,16 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                                     env={"PATH": GUEST_PATH, "LANG": "C.UTF-8"})
         self.proc = spawner().call(spawn)
         logf.close()
+        if self.net:
+            # the guest's eth0, before its init reads the plan (cloud-init has a network)
+            pid = self._init()
+            try:
+                if not pid:
+                    raise GuestError("no init process")
+                self.net.attach(pid, self.ip, self)
+            except Exception as e:  # noqa: BLE001
+                self.stop()
+                raise GuestError(f"guest {self.name}: no network: {e}") from None
         try:
             self.proc.stdin.write(json.dumps(plan).encode())
             self.proc.stdin.close()
@@ -277,7 +298,8 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
             raise GuestError("guest is not running")
         if wd and argv[:2] == ["/usr/bin/env", "-i"]:
             argv = argv[:2] + ["-C", wd] + argv[2:]   # chdir inside the guest's root
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--"] + argv
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w"] + \
+            (["-n"] if self.net else []) + ["--"] + argv
 
     def _guest_env(self, extra=None):
         e = {"PATH": GUEST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root",
@@ -506,6 +528,8 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                 except OSError:
                     pass
         self.master = None
+        if self.net:
+            self.net.detach(self.ip, self)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ---------------------------------------------------------------- stats

@@ -28,6 +28,9 @@ runs it:
 - stdout and stderr go to the container's log (`DIR/guests/.../container.log`).
 - environment: PATH, HOSTNAME, HOME=/root, TERM=xterm when exec'd with a tty,
   and the container's `env` values.
+- network: on the simulator's pod network (podnet.py) the pod has its own
+  network namespace with the pod IP, attached before its command starts,
+  exactly as a VM guest; exec and probes enter it too.
 """
 import os
 import pty
@@ -63,9 +66,9 @@ class PodGuest(ProcessGuest):
 
     def __init__(self, name, workdir, ip, command, env=None, caps=(), no_new_privs=False,
                  volumes=(), working_dir=None, termination_path=TERMINATION_LOG,
-                 hostname=None, log=None, hide=()):
+                 hostname=None, log=None, hide=(), net=None):
         super().__init__(name, workdir, None, ip, hostname=hostname or name, log=log,
-                         hide=hide)
+                         hide=hide, net=net)
         self.command = list(command)
         self.cenv = dict(env or {})
         self.caps = list(caps)
@@ -116,6 +119,9 @@ class PodGuest(ProcessGuest):
         wd = self.working_dir
         cmd = " ".join(_sq(a) for a in self._setpriv() + self._env() + self.command)
         setup = f"""set -e
+# the pod's network is attached before the container runs (a line on stdin)
+read -r _go || true
+exec </dev/null
 M={_sq(mg)}
 mount -t overlay overlay -o lowerdir=/,upperdir={_sq(up)},workdir={_sq(wk)} "$M"
 mount -t tmpfs -o mode=755,size=1m,nosuid dev "$M/dev"
@@ -135,17 +141,34 @@ mount --bind {_sq(tl)} "$M"{_sq(self.termination_path)}
 mkdir -p "$M"{_sq(wd)}
 exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
 """
-        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid",
-                "--fork", "--kill-child", "/bin/sh", "-c", setup]
+        argv = ["setpriv", "--pdeathsig", "KILL", "unshare", "--mount", "--uts", "--pid"] + \
+            (["--net"] if self.net else []) + \
+            ["--fork", "--kill-child", "/bin/sh", "-c", setup]
         logf = open(os.path.join(self.workdir, "container.log"), "ab")
         self.started_at = time.monotonic()
 
         def spawn():
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=logf,
                                     stderr=subprocess.STDOUT, close_fds=True,
                                     env={"PATH": GUEST_PATH, "LANG": "C.UTF-8"})
         self.proc = spawner().call(spawn)
         logf.close()
+        if self.net:
+            # the pod's eth0 (the pod network, podnet.py), as for a VM guest
+            pid = self._init()
+            try:
+                if not pid:
+                    raise GuestError("no sandbox process")
+                self.net.attach(pid, self.ip, self)
+            except Exception as e:  # noqa: BLE001
+                self.stop()
+                raise GuestError(f"pod {self.name}: no network: {e}") from None
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except OSError as e:
+            self.stop()
+            raise GuestError(f"pod {self.name} did not start: {e}") from None
         # created = the command runs in its root (exec and probes need that);
         # a command that ends at once is the runtime's health check's business
         self.wait_ready(30)
@@ -219,7 +242,8 @@ exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
         cmd = self._setpriv() + self._env(tty) + list(argv)
         if tty:
             cmd = ["setsid", "-c"] + cmd
-        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w", "--"] + cmd
+        return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w"] + \
+            (["-n"] if self.net else []) + ["--"] + cmd
 
     def spawn_exec(self, argv, tty=False, rows=24, cols=80):
         """Start argv in the container as `kubectl exec` does: -> (Popen, master fd or None).

@@ -13,9 +13,12 @@ the image that `tests/kubesim/guest-image/build` makes (raw ext4 `base.img`,
   KubeVirt's cloudInitNoCloud attaches it, with meta-data `instance-id` and
   `local-hostname` = the VMI name;
 - user-mode networking (the guest is 10.0.2.15, as behind KubeVirt's
-  masquerade binding) with the host's `ip:agent_port` forwarded to the guest's
-  port 8899, so the agent answers on the VMI's loopback address exactly as on a
-  pod IP;
+  masquerade binding): with `net` (the simulator's pod network) QEMU runs in
+  the pod's own network namespace, whose eth0 has the pod IP, and forwards
+  0.0.0.0:agent_port there to the guest's 8899 while the guest's own traffic
+  leaves from the pod IP (so NetworkPolicy applies to the VM); without `net`
+  (direct use, tests/qemu/t900) the host's `ip:agent_port` (a loopback
+  address) is forwarded instead;
 - the serial port (ttyS0) on a unix socket that this object holds from boot
   on; `console()` hands out one end of a socketpair carrying raw bytes both
   ways (KubeVirt's `plain.kubevirt.io` stream). One client at a time: a new
@@ -186,7 +189,7 @@ class QemuGuest:
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
                  boot_delay=0.0, env=None, hostname=None, log=None,
                  agent_port=GUEST_AGENT_PORT, image_dir=None, accel=None, append_extra="",
-                 instance_id=None, **_ignored):
+                 instance_id=None, net=None, **_ignored):
         # boot_delay: a real guest takes the time it takes. env: the process
         # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
         # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
@@ -200,6 +203,11 @@ class QemuGuest:
         self.workdir = os.path.abspath(workdir)
         self.userdata = userdata.encode() if isinstance(userdata, str) else bytes(userdata or b"")
         self.ip = ip
+        # podnet.PodNetwork: QEMU runs in the pod's own network namespace, on
+        # the pod network at ip; user networking inside it forwards the pod's
+        # 8899 to the guest and masquerades the guest's traffic behind the pod
+        # address (KubeVirt's masquerade binding), so NetworkPolicy applies
+        self.net = net
         self.agent_port = int(agent_port)
         self.requested = (memory_mib, cpus)
         self.memory_mib, self.cpus = clamp(memory_mib, cpus)
@@ -310,7 +318,8 @@ class QemuGuest:
         with open(self._p("qemu.cmd"), "w") as f:
             f.write(" ".join(_shq(a) for a in cmd) + "\n")
         logf = open(self.log_path, "ab")
-        argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + cmd
+        argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + \
+            (["unshare", "--net", "--"] if self.net else []) + cmd
         try:
             self.proc = _spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
@@ -321,6 +330,12 @@ class QemuGuest:
             logf.close()
         self.started_at = time.monotonic()
         _LIVE.add(self)
+        if self.net:
+            try:
+                self.net.attach(self.net.wait_own_netns(self.proc.pid), self.ip, self)
+            except Exception as e:  # noqa: BLE001
+                self._kill()
+                raise GuestError(f"{self.name}: no pod network: {e}") from None
         self.log(f"{self.name}: qemu pid {self.proc.pid} ({self.accel}, {self.cpus} vCPU, "
                  f"{self.memory_mib} MiB, agent {self.ip}:{self.agent_port})")
         self._wake_r, self._wake_w = socket.socketpair()
@@ -362,7 +377,8 @@ class QemuGuest:
                 "-drive", f"file={self.overlay_path},format=qcow2,if=virtio,cache=unsafe,discard=unmap",
                 "-drive", f"file={self.seed_path},format=raw,if=virtio,readonly=on",
                 "-netdev", f"user,id=n0,hostname={self.hostname},"
-                           f"hostfwd=tcp:{self.ip}:{self.agent_port}-:{GUEST_AGENT_PORT}",
+                           f"hostfwd=tcp:{'0.0.0.0' if self.net else self.ip}:"
+                           f"{self.agent_port}-:{GUEST_AGENT_PORT}",
                 "-device", "virtio-net-pci,netdev=n0,romfile=",
                 "-device", "virtio-rng-pci",
                 "-chardev", f"socket,id=ser0,path={self._sock('serial.sock')},server=on,wait=off",
@@ -705,6 +721,8 @@ class QemuGuest:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
+        if self.net:
+            self.net.detach(self.ip, self)
         if first:
             self._wake()
             for t in self._threads:

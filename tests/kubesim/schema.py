@@ -30,8 +30,10 @@ def _find_reference_dir():
                        f"(expected {os.path.join(HERE, 'reference')}/kubevirt-swagger.json)")
 
 
-QUANTITY_DEFS = {"k8s.io.apimachinery.pkg.api.resource.Quantity", "resource.Quantity"}
-INTORSTR_DEFS = {"k8s.io.apimachinery.pkg.util.intstr.IntOrString", "intstr.IntOrString"}
+QUANTITY_DEFS = {"k8s.io.apimachinery.pkg.api.resource.Quantity", "resource.Quantity",
+                 "io.k8s.apimachinery.pkg.api.resource.Quantity"}
+INTORSTR_DEFS = {"k8s.io.apimachinery.pkg.util.intstr.IntOrString", "intstr.IntOrString",
+                 "io.k8s.apimachinery.pkg.util.intstr.IntOrString"}
 ANY = {"x-any": True}
 
 
@@ -60,6 +62,15 @@ class Swagger:
 
     def root(self, name):
         return self.resolve({"$ref": "#/definitions/" + name})
+
+
+class OpenAPI3(Swagger):
+    """An OpenAPI 3 document of Kubernetes (components.schemas), e.g.
+    k8s-networking.k8s.io-v1-openapi.json for NetworkPolicy."""
+
+    def __init__(self, path):
+        with open(path) as f:
+            self.defs = json.load(f)["components"]["schemas"]
 
 
 _LIST = re.compile(r"^list\[(.*)\]$")
@@ -124,13 +135,16 @@ class Validator:
         self.kv = Swagger(os.path.join(ref, "kubevirt-swagger.json")) if ref else None
         self.cdi = Swagger(os.path.join(ref, "cdi-swagger.json")) if ref else None
         self.models = Models()
+        p = os.path.join(ref, "k8s-networking.k8s.io-v1-openapi.json") if ref else None
+        self.net = OpenAPI3(p) if p and os.path.exists(p) else None
 
     # ------------------------------------------------------------------
     def validate(self, res, obj):
         """Errors (list of SchemaError) of obj against res's schema."""
         errs = []
         if res.schema:
-            sw = self.cdi if res.group == "cdi.kubevirt.io" else self.kv
+            sw = {"cdi.kubevirt.io": self.cdi, "networking.k8s.io": self.net}.get(res.group,
+                                                                                 self.kv)
             if sw is None:
                 return errs
             self._sw(sw, sw.root(res.schema), obj, "", errs)

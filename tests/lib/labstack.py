@@ -255,6 +255,13 @@ class Stack:
             argv += ["--time-scale", str(self.time_scale)]
         if self.guest_net:
             argv += ["--guest-net", self.guest_net]
+        # labvm reaches the guests as the Pod of its shipped Deployment (its
+        # labels: what networkpolicy.yaml admits); BACKEND=pod also applies
+        # that policy from the start (make demo BACKEND=pod)
+        k8s = os.path.join(SRC, "conf", "k8s")
+        argv += ["--backend-pod", os.path.join(k8s, "labvm-backend.yaml")]
+        if os.environ.get("LABVM_BACKEND") == "pod":
+            argv += ["--seed", os.path.join(k8s, "networkpolicy.yaml")]
         wait = 60
         if self.guest == "qemu":
             self.guest_image()

@@ -11,7 +11,8 @@
     scheduler.py         the default scheduler (memory, devices.kubevirt.io/kvm, selectors)
     gc.py                the garbage collector (ownerReferences, Foreground, Orphan)
     runtime.py           the node's guest runtime (guest drivers on worker threads)
-    network.py           the guests' addresses (127.A.x.y)
+    network.py           the pods' addresses (the pod CIDR)
+    netpol.py            NetworkPolicy enforcement (nftables, podnet.py)
     base.py              the Controller base class, conditions, owner references
 
 Level-triggered: one thread (Controllers) runs every controller's
@@ -30,6 +31,7 @@ from .gc import GarbageCollector
 from .kubelet import Kubelet
 from .kubevirt import VirtHandler, VMController, VMIController
 from .namespaces import NamespaceController
+from .netpol import NetworkPolicyController
 from .network import Ipam
 from .runtime import GuestRuntime
 from .scheduler import Scheduler
@@ -49,7 +51,7 @@ class Controllers:
         self.stopping = False
         self.passes = 0
         self.pods_by_owner = {}    # per pass: controller uid -> pod
-        self.ipam = Ipam(sim.guest_net)
+        self.ipam = Ipam(sim.podnet.pool)
         self.runtime = GuestRuntime(sim, self.ipam, self.wake)
         # what the server shows (/_sim/guests, the console, exec)
         self.guests = self.runtime.guests
@@ -64,12 +66,13 @@ class Controllers:
         self.kubelet = Kubelet(self)
         self.scheduler = Scheduler(self)
         self.gc = GarbageCollector(self)
+        self.netpol = NetworkPolicyController(self)
         # one pass, in this order; a VM's status follows its VMI (and that
         # VMI's pod) within the same pass
         self.steps = [self.namespaces.reconcile, self.pvc_binder.reconcile, self.cdi.reconcile,
                       self.vm.reconcile, self.handler.reconcile, self.vmi.reconcile,
                       self.kubelet.reconcile, self.scheduler.reconcile,
-                      self.vm.reconcile_status, self.gc.reconcile]
+                      self.vm.reconcile_status, self.gc.reconcile, self.netpol.reconcile]
         self.store.listeners.append(lambda *a: self.wake.set())
         self.thread = threading.Thread(target=self._loop, name="controllers", daemon=True)
 

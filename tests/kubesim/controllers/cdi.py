@@ -10,6 +10,12 @@ from util import dig
 
 from .base import PVC_PROTECTION, Controller, cond, owner_ref, set_condition
 
+# The StorageProfiles of the simulated storage classes (CDI's claimPropertySets):
+# "standard", the default class, is ReadWriteOnce Filesystem storage; another
+# class has no profile, so a DataVolume's `storage` without accessModes stays
+# Pending there, as with real CDI.
+STORAGE_PROFILES = {"standard": ("ReadWriteOnce",)}
+
 
 class DataVolumeController(Controller):
     name = "cdi-datavolume-controller"
@@ -40,6 +46,21 @@ class DataVolumeController(Controller):
         else:
             kind, endpoint = "none", ""
         if pvc is None and phase in ("", "Pending"):
+            stor = spec.get("storage")
+            if stor is not None and not stor.get("accessModes"):
+                # real CDI takes them from the storage class's StorageProfile
+                # (claimPropertySets) and leaves the DataVolume Pending without one
+                sc = stor.get("storageClassName") or "standard"
+                modes = STORAGE_PROFILES.get(sc)
+                if not modes:
+                    if not st.get("phase"):
+                        self._dv_status(dv, "Pending", "N/A", bound=False)
+                        self.api.event(dv, "Warning", "ErrClaimNotValid",
+                                       "DataVolume.storage spec is missing accessMode and volumeMode, "
+                                       f"cannot get access mode from StorageProfile {sc}",
+                                       "datavolume-controller")
+                    return
+                spec = dict(spec, storage=dict(stor, accessModes=list(modes)))
             pspec = util.deep(spec.get("pvc") or spec.get("storage") or {})
             pspec.setdefault("accessModes", ["ReadWriteOnce"])
             pspec.setdefault("volumeMode", "Filesystem")
@@ -78,6 +99,26 @@ class DataVolumeController(Controller):
                 self._pvc_ann(pvc, {"cdi.kubevirt.io/storage.pod.phase": "Pending"})
             return
         if phase in ("ImportScheduled", "CloneScheduled"):
+            modes = dig(pvc, "status", "accessModes") or dig(pvc, "spec", "accessModes") or []
+            if phase == "ImportScheduled" and set(modes) == {"ReadOnlyMany"}:
+                # the importer writes the image: a writable
+                # mount of a ReadOnlyMany claim, which the CSI driver refuses
+                if not any(c.get("reason") == "FailedMount"
+                           for c in st.get("conditions") or []):
+                    n = util.deep(dv)
+                    n["status"]["conditions"] = set_condition(
+                        n["status"].get("conditions") or [],
+                        cond("Running", "False", "FailedMount",
+                             f"importer-{name}: claim {name} is ReadOnlyMany and the importer "
+                             "needs to write to it"))
+                    self.api.sys_update("datavolumes", n)
+                    self.api.event(dv, "Warning", "FailedMount",
+                                   f'importer-{name}: MountVolume.SetUp failed: claim "{name}" is '
+                                   "ReadOnlyMany and the importer mounts it writable; import "
+                                   "into ReadWriteOnce/ReadWriteMany storage (then mount it "
+                                   "read-only) or clone into a ReadOnlyMany claim",
+                                   "datavolume-controller")
+                return
             if self.ready(uid, "importer-start", "schedule"):
                 self._dv_status(dv, "ImportInProgress" if phase == "ImportScheduled" else
                                 "CloneInProgress", "0.00%")

@@ -120,6 +120,17 @@ class Kubelet(Controller):
             if pvc is None or dig(pvc, "status", "phase") != "Bound":
                 return
             modes = dig(pvc, "status", "accessModes") or dig(pvc, "spec", "accessModes") or []
+            if set(modes) == {"ReadOnlyMany"} and not dig(v, "persistentVolumeClaim", "readOnly"):
+                # a ReadOnlyMany claim mounted writable: the CSI driver refuses
+                k = (uid, "mount-retry")
+                if self.due.get(k, 0) <= time.monotonic():
+                    vol = dig(pvc, "spec", "volumeName") or f"pvc-{pvc['metadata']['uid']}"
+                    self.api.event(pod, "Warning", "FailedMount",
+                                   f'MountVolume.SetUp failed for volume "{vol}" : claim "{c}" '
+                                   "is ReadOnlyMany and the volume is not mounted read-only",
+                                   "kubelet")
+                    self.due[k] = time.monotonic() + retry
+                return
             if ("ReadWriteOnce" in modes or "ReadWriteOncePod" in modes) and \
                     not ({"ReadOnlyMany", "ReadWriteMany"} & set(modes)):
                 other = self._attached_elsewhere(pvc, node, uid)

@@ -96,7 +96,7 @@ class PodContainers:
                   volumes=self._volumes(pod), working_dir=c.get("workingDir"),
                   termination_path=c.get("terminationMessagePath"),
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log,
-                  hide=[self.sim.state_dir])
+                  hide=[self.sim.state_dir], net=self.sim.podnet)
         self.runtime.start(uid, PodGuest, kw, f"pod {md.get('namespace')}/"
                            f"{md['name']}")
         self.probes.pop(uid, None)

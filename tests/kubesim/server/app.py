@@ -18,6 +18,7 @@ import util
 from controllers import Controllers
 from faults import Faults
 from guests import driver_class
+from podnet import PodNetwork
 from profiles import Profile
 from resources import BY_PLURAL
 from schema import Validator
@@ -47,6 +48,8 @@ class Sim:
         self.tokens = {}
         self.guest_class = driver_class(args.guest)
         self.guest_net = self._guest_net(args.guest_net, args.port)
+        # the pod network (podnet.py): every guest has its own network namespace on it
+        self.podnet = PodNetwork(args.port, args.pod_cidr, log=self.log)
         # what a node reserves per VMI beyond its memory (KubeVirt's launcher
         # overhead) and how many VMIs a node takes (virt-handler's kvm device
         # count): QEMU guests are real, so their node is this machine
@@ -61,9 +64,8 @@ class Sim:
     @staticmethod
     def _guest_net(spec, port):
         if not spec:
-            # distinct for every port base this repository uses (16000..25000,
-            # 6443); never 127.0/127.1 (localhost). A taken address is skipped
-            # anyway (controllers/network.py), this just avoids the contention.
+            # the nodes' InternalIP addresses (127.A.255.N; nothing listens
+            # there): distinct per port, never 127.0/127.1 (localhost)
             return (127, 2 + port % 254)
         try:
             a, b, c, d = spec.split("/")[0].split(".")
@@ -145,6 +147,52 @@ class Sim:
             if ns and self.store.get("namespaces", "", ns) is None and d.get("kind") != "Namespace":
                 self.api.create(admin, BY_PLURAL["namespaces"], "", {"metadata": {"name": ns}})
             self.seed(admin, d)
+        if getattr(self.args, "backend_pod", None):
+            self.backend_pod(admin, self.args.backend_pod)
+
+    def backend_pod(self, admin, path):
+        """labvm's backend as a Pod of the cluster (`--backend-pod FILE`): the
+        Deployment of FILE (conf/k8s/labvm-backend.yaml) is created, validated
+        as any Deployment, and its one replica is a Running Pod whose address
+        is the pod network's node-side address, the one the host's route to the
+        pod network uses as its source: labvm's processes on this host then
+        reach the guests as that Pod, with the Deployment's labels, and
+        NetworkPolicies treat them so (no node exemption for that address)."""
+        import hashlib
+        dep = next((d for d in load_docs(path) if d.get("kind") == "Deployment"), None)
+        if dep is None:
+            raise SystemExit(f"kubesim: --backend-pod {path}: no Deployment in it")
+        dep = util.deep(dep)
+        ns = (dep.get("metadata") or {}).get("namespace") or "default"
+        if self.store.get("namespaces", "", ns) is None:
+            self.api.create(admin, BY_PLURAL["namespaces"], "", {"metadata": {"name": ns}})
+        dep["status"] = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                         "readyReplicas": 1, "availableReplicas": 1}
+        self.seed(admin, dep)
+        tmpl = util.deep(dep["spec"]["template"])
+        h = hashlib.sha256(json.dumps(tmpl, sort_keys=True).encode()).hexdigest()[:10]
+        md = tmpl.get("metadata") or {}
+        labels = dict(md.get("labels") or {}, **{"pod-template-hash": h})
+        ip = self.podnet.node_ip if self.podnet else "127.0.0.1"
+        now = util.now_rfc3339()
+        spec = dict(tmpl.get("spec") or {}, nodeName="node-1")
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"{dep['metadata']['name']}-{h}-{secrets.token_hex(3)[:5]}",
+                            "namespace": ns, "labels": labels,
+                            "annotations": dict(md.get("annotations") or {})},
+               "spec": spec,
+               "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                          "hostIP": ip, "startTime": now, "qosClass": "Burstable",
+                          "conditions": [{"type": t, "status": "True",
+                                          "lastTransitionTime": now}
+                                         for t in ("Initialized", "Ready", "ContainersReady",
+                                                   "PodScheduled")],
+                          "containerStatuses": [
+                              {"name": c["name"], "image": c.get("image", ""), "imageID": "",
+                               "ready": True, "started": True, "restartCount": 0,
+                               "state": {"running": {"startedAt": now}}}
+                              for c in spec.get("containers") or []]}}
+        self.seed(admin, pod)
 
     def seed(self, admin, d):
         from resources import by_kind

@@ -26,7 +26,14 @@ def parse_args(argv):
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--guest", default="process", choices=["process", "qemu", "none"])
     ap.add_argument("--guest-net", default=None,
-                    help="127.A.0.0/16 (default 127.(20 + port %% 200).0.0/16)")
+                    help="127.A.0.0/16: the nodes' InternalIP addresses (127.A.255.N; default "
+                         "127.(2 + port %% 254)); guests are on the pod network (--pod-cidr)")
+    ap.add_argument("--pod-cidr", default=None,
+                    help="the pod network (a /24; default 10.(port >> 8).(port & 255).0/24)")
+    ap.add_argument("--backend-pod", default=None, metavar="FILE",
+                    help="run labvm's backend as the Pod of FILE's Deployment "
+                         "(conf/k8s/labvm-backend.yaml): its address is the host's on the "
+                         "pod network")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -119,6 +126,12 @@ def main(argv=None):
     from tls import make_certs
     sim = Sim(args)
     sim.ca_crt, crt, key = make_certs(sd, args.host)
+    if sim.podnet:
+        try:
+            sim.podnet.start()
+        except Exception as e:  # noqa: BLE001
+            sim.podnet.stop()
+            raise SystemExit(f"kubesim: the pod network did not start: {e}") from None
     sim.bootstrap()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(crt, key)
@@ -156,6 +169,8 @@ def main(argv=None):
     sim.log("stopping: guests first")
     threading.Thread(target=srv.shutdown, daemon=True).start()
     sim.controllers.stop_all()
+    if sim.podnet:
+        sim.podnet.stop()
     try:
         os.unlink(os.path.join(sd, "ready"))
     except OSError:

@@ -81,7 +81,9 @@ def guest_runs_cloud_config_and_agent():
     out = sim.exec("g-1", "cat /root/env.txt /root/order; stat -c '%a %U:%G' /opt/agent.py "
                    f"/etc/{MARK}/plain.txt; cat /etc/{MARK}/plain.txt /root/deferred.txt")
     lines = out["stdout"].splitlines()
-    t.eq(lines[0], f"listen={ip}:8899", "LABVM_AGENT_LISTEN in the guest environment")
+    t.eq(lines[0], "listen=0.0.0.0:8899", "LABVM_AGENT_LISTEN in the guest environment")
+    t.ok(f"inet {ip}/24" in sim.exec("g-1", "ip -4 addr show eth0")["stdout"],
+         "the VMI's address is the guest's own eth0")
     t.eq(lines[1:3], ["order:bootcmd:nofiles", "order:runcmd:deferred"],
          "cloud-init order: bootcmd, write_files, deferred write_files, runcmd")
     t.eq(lines[3], "750 root:root", "permissions and default owner")
@@ -123,7 +125,7 @@ def second_guest_gets_its_own_address_and_root():
     t.ok(ip1 != ip2, "distinct addresses", (ip1, ip2))
     t.eq(sim.exec("g-1", "test -e /root/only-g2")["exit_code"], 1, "roots are separate")
     port = sim.port
-    t.ok(ip1.startswith(f"127.{2 + port % 254}."), "default guest net from the port", ip1)
+    t.ok(ip1.startswith(f"10.{port >> 8}.{port & 255}."), "default pod CIDR from the port", ip1)
 
 
 @t.test

@@ -52,7 +52,8 @@ def vm_to_running_vmi_and_pod():
          "VMI owned by its VM")
     t.ok(vmi["status"].get("nodeName", "").startswith("node-"), "nodeName")
     ip = vmi["status"]["interfaces"][0]["ipAddress"]
-    t.ok(ip.startswith("127."), "interfaces[0].ipAddress on loopback", ip)
+    t.ok(ip.startswith(f"10.{sim.port >> 8}.{sim.port & 255}."),
+         "interfaces[0].ipAddress on the pod network", ip)
     conds = {c["type"]: c["status"] for c in vmi["status"]["conditions"]}
     t.eq(conds.get("Ready"), "True", "Ready condition")
     ts = [p["phase"] for p in vmi["status"]["phaseTransitionTimestamps"]]

@@ -123,7 +123,10 @@ def pod_runs_its_command_and_gets_ready():
     p = pod("p-main")
     st = p["status"]
     t.eq(st["phase"], "Running", "phase")
-    t.ok(st.get("podIP", "").startswith("127."), "pod IP", st.get("podIP"))
+    t.ok(st.get("podIP"), "a pod IP", st)
+    r = sim.exec_pod("p-main", ["ip", "-4", "-o", "addr", "show", "eth0"])
+    t.ok(r[0] == 0 and f" {st['podIP']}/".encode() in r[1],
+         "its own network namespace, with the pod IP on eth0", r)
     cs = st["containerStatuses"][0]
     t.ok(cs["ready"] and cs["started"] and "startedAt" in cs["state"]["running"], "running", cs)
     conds = {c["type"]: c["status"] for c in st["conditions"]}

@@ -181,7 +181,9 @@ class VirtHandler(Controller):
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log)
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
+            kw["net"] = self.sim.podnet
         if getattr(cls, "kind", "") == "qemu":
+            kw["net"] = self.sim.podnet
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
             kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
                       image_dir=getattr(self.sim.args, "guest_image_dir", None))
