@@ -37,6 +37,11 @@ enum hres api_lessons(struct req *r)
 		if (l->runtime == RUNTIME_VM)
 			jx_add_str(e, "disk", lesson_disk_str(l->disk));
 		jx_add_num(e, "grader_steps", (double)l->nsteps);
+		if (l->nmachines) {
+			cJSON *ms = jx_add_arr(e, "machines");
+			for (size_t j = 0; j < l->nmachines; j++)
+				jx_push_str(ms, l->machines[j].machine);
+		}
 		jx_push(a, e);
 	}
 	resp_json(r, 200, o);

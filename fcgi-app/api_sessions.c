@@ -52,13 +52,23 @@ static void delete_quiet(struct labctx *x, const char *kind, const char *name)
 
 /* ------------------------------------------------------------------ start */
 
-struct start {
-	const struct lesson *lesson;
+/* One machine of the start (a lesson without "machines" has one). */
+struct start_vm {
+	const struct lesson *m; /* the machine's view of the lesson */
 	enum lesson_disk disk;
 	const char *fallback;
 	struct lab_names names;
-	char sid[37];
+	struct machine_net net;
 	char token[65]; /* the agent's bearer token: secret */
+};
+
+struct start {
+	const struct lesson *lesson;
+	struct start_vm *vms;
+	size_t n;
+	int multi; /* machines on a session network */
+	char sid[37];
+	char network[64]; /* the NAD, multi only */
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
 	enum api_err err; /* a refusal, answered after the way back */
@@ -100,43 +110,66 @@ static int insert_rows(struct req *r, const struct start *st)
 	snprintf(minutes, sizeof minutes, "%d", l->minutes);
 	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
 	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
-	const char *p[11] = {st->names.session_id,
+	const char *p[12] = {st->sid,
 	                     r->user,
 	                     l->id,
 	                     lesson_runtime_str(l->runtime),
 	                     r->x->cfg->environment,
-	                     l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(st->disk),
-	                     st->fallback,
+	                     l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(st->vms[0].disk),
+	                     st->vms[0].fallback,
 	                     rto,
 	                     yto,
 	                     pressed,
-	                     minutes};
+	                     minutes,
+	                     st->multi ? st->network : NULL};
 	if (db_cmd(
 	        &r->x->db,
 	        "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, "
 	        "disk_source, disk_fallback_reason, running_timeout_s, ready_timeout_s, "
-	        "created_at, expires_at) VALUES ($1::uuid, $2, $3, $4, $5, 'starting', "
+	        "created_at, expires_at, network) VALUES ($1::uuid, $2, $3, $4, $5, 'starting', "
 	        "'submitted', $6, $7, $8::int, $9::int, to_timestamp($10::float8), "
-	        "to_timestamp($10::float8) + make_interval(mins => $11::int))",
-	        11, p) < 0)
+	        "to_timestamp($10::float8) + make_interval(mins => $11::int), $12)",
+	        12, p) < 0)
 		return -1;
-	const char *q[4] = {st->names.session_id, st->names.vm,
-	                    l->runtime == RUNTIME_POD ? st->names.files : st->names.secret, st->token};
-	return db_cmd(&r->x->db,
-	              "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token) "
-	              "VALUES ($1::uuid, $2, $3, $4)",
-	              4, q);
+	for (size_t i = 0; i < st->n; i++) {
+		const struct start_vm *v = &st->vms[i];
+		char ord[16];
+		snprintf(ord, sizeof ord, "%d", (int)i);
+		const char *q[9] = {st->sid,
+		                    v->names.vm,
+		                    l->runtime == RUNTIME_POD ? v->names.files : v->names.secret,
+		                    v->token,
+		                    v->names.machine[0] ? v->names.machine : NULL,
+		                    l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(v->disk),
+		                    v->fallback,
+		                    st->multi ? v->net.address : NULL,
+		                    ord};
+		if (db_cmd(
+		        &r->x->db,
+		        "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, "
+		        "machine, disk_source, disk_fallback_reason, net_ip, ord) "
+		        "VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9::int)",
+		        9, q) < 0)
+			return -1;
+	}
+	return 0;
 }
 
+/* Every object a start may have created, whether or not it was: the VMs and
+ * their Secrets, then the session network. */
 static void undo_submit(struct labctx *x, const struct start *st)
 {
 	if (st->lesson->runtime == RUNTIME_POD) {
-		delete_quiet(x, "pods", st->names.vm);
-		delete_quiet(x, "secrets", st->names.files);
+		delete_quiet(x, "pods", st->vms[0].names.vm);
+		delete_quiet(x, "secrets", st->vms[0].names.files);
 		return;
 	}
-	delete_quiet(x, "virtualmachines", st->names.vm);
-	delete_quiet(x, "secrets", st->names.secret);
+	for (size_t i = 0; i < st->n; i++) {
+		delete_quiet(x, "virtualmachines", st->vms[i].names.vm);
+		delete_quiet(x, "secrets", st->vms[i].names.secret);
+	}
+	if (st->multi)
+		delete_quiet(x, "network-attachment-definitions", st->network);
 }
 
 /* A pod lesson: the files Secret, the Pod, the Secret owned by the Pod. */
@@ -144,12 +177,12 @@ static int submit_pod(struct req *r, struct start *st, char *why, size_t whylen)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
-	cJSON *secret = manifest_pod_secret(c, &st->names, st->lesson);
-	cJSON *pod = manifest_pod(c, &st->names, st->lesson);
+	cJSON *secret = manifest_pod_secret(c, &st->vms[0].names, st->lesson);
+	cJSON *pod = manifest_pod(c, &st->vms[0].names, st->lesson);
 	cJSON *created = NULL, *patch = NULL;
 	char *spath = kube_path("secrets", c->namespace_, NULL);
 	char *ppath = kube_path("pods", c->namespace_, NULL);
-	char *opath = kube_path("secrets", c->namespace_, st->names.files);
+	char *opath = kube_path("secrets", c->namespace_, st->vms[0].names.files);
 	int rc = -1;
 	long code;
 
@@ -166,7 +199,7 @@ static int submit_pod(struct req *r, struct start *st, char *why, size_t whylen)
 		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
 		goto out;
 	}
-	patch = manifest_pod_owner_patch(st->names.vm, uid);
+	patch = manifest_pod_owner_patch(st->vms[0].names.vm, uid);
 	code = kube_merge_patch(&x->kube, opath, patch, NULL);
 	if (code != 200) {
 		snprintf(why, whylen, "making the Secret owned by the Pod: %s", x->kube.msg);
@@ -184,42 +217,61 @@ out:
 	return rc;
 }
 
-/* Create the Secret and the VM and tie them; on failure say why. From the
- * first request on st->created is set: the way back deletes both whatever
- * failed (a request that timed out may still have created its object, and
- * deleting what is not there is a 404). */
-static int submit(struct req *r, struct start *st, char *why, size_t whylen)
+/* "ADDRESS NAME" lines for /etc/hosts: every machine of the session. */
+static char *hosts_block(const struct start *st)
+{
+	struct buf b = {0};
+	for (size_t i = 0; i < st->n; i++) {
+		char addr[24];
+		snprintf(addr, sizeof addr, "%s", st->vms[i].net.address);
+		char *slash = strchr(addr, '/');
+		if (slash)
+			*slash = '\0';
+		char *line = xasprintf("%s %s\n", addr, st->vms[i].names.machine);
+		buf_puts(&b, line);
+		free(line);
+	}
+	return b.p;
+}
+
+/* One machine: its Secret, its VM, the Secret owned by the VM. */
+static int submit_vm(struct req *r, struct start *st, struct start_vm *v, const char *hosts,
+                     char *why, size_t whylen)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
-	char *userdata = cloudinit_build(st->lesson, st->token);
-	cJSON *secret = manifest_secret(c, &st->names, st->lesson, userdata);
-	cJSON *vm = manifest_vm(c, &st->names, st->lesson, st->disk);
+	char *userdata = cloudinit_build_hosts(v->m, v->token, hosts);
+	char *netdata = st->multi ? manifest_network_data(&v->net) : NULL;
+	cJSON *secret = manifest_secret_net(c, &v->names, st->lesson, userdata, netdata);
+	cJSON *vm = manifest_vm_net(c, &v->names, v->m, v->disk, st->multi ? &v->net : NULL);
 	cJSON *created = NULL, *patch = NULL;
 	char *spath = kube_path("secrets", c->namespace_, NULL);
 	char *vpath = kube_path("virtualmachines", c->namespace_, NULL);
-	char *opath = kube_path("secrets", c->namespace_, st->names.secret);
+	char *opath = kube_path("secrets", c->namespace_, v->names.secret);
+	const char *mprefix = v->names.machine[0] ? "machine " : "";
 	int rc = -1;
 	long code;
 
 	util_free_secret(userdata); /* it holds the agent token */
-	st->created = 1;
+	free(netdata);
 	code = kube_create(&x->kube, spath, secret, NULL);
 	if (code != 201 && code != 200) {
-		snprintf(why, whylen, "creating the cloud-init Secret: %s", x->kube.msg);
+		snprintf(why, whylen, "%s%s: creating the cloud-init Secret: %s", mprefix,
+		         v->names.machine, x->kube.msg);
 		goto out;
 	}
 	code = kube_create(&x->kube, vpath, vm, &created);
 	const char *uid = kj_str(created, "metadata.uid");
 	if ((code != 201 && code != 200) || !uid) {
-		snprintf(why, whylen, "creating the VirtualMachine: %s",
-		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		snprintf(why, whylen, "%s%s: creating the VirtualMachine: %s", mprefix,
+		         v->names.machine, x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
 		goto out;
 	}
-	patch = manifest_owner_patch(st->names.vm, uid);
+	patch = manifest_owner_patch(v->names.vm, uid);
 	code = kube_merge_patch(&x->kube, opath, patch, NULL);
 	if (code != 200) {
-		snprintf(why, whylen, "making the Secret owned by the VM: %s", x->kube.msg);
+		snprintf(why, whylen, "%s%s: making the Secret owned by the VM: %s", mprefix,
+		         v->names.machine, x->kube.msg);
 		goto out;
 	}
 	rc = 0;
@@ -231,6 +283,42 @@ out:
 	free(spath);
 	free(vpath);
 	free(opath);
+	return rc;
+}
+
+/* The session network (several machines), then every machine; on failure
+ * say why. From the first request on st->created is set: the way back
+ * deletes everything whatever failed (a request that timed out may still
+ * have created its object, and deleting what is not there is a 404). */
+static int submit(struct req *r, struct start *st, char *why, size_t whylen)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	char *hosts = NULL;
+	int rc = -1;
+
+	st->created = 1;
+	if (st->multi) {
+		cJSON *nad = manifest_nad(c, &st->vms[0].names, st->lesson->id);
+		char *path = kube_path("network-attachment-definitions", c->namespace_, NULL);
+		long code = kube_create(&x->kube, path, nad, NULL);
+		cJSON_Delete(nad);
+		free(path);
+		if (code != 201 && code != 200) {
+			snprintf(why, whylen,
+			         "creating the session network (NetworkAttachmentDefinition "
+			         "%s): %s",
+			         st->network, x->kube.msg);
+			return -1;
+		}
+		hosts = hosts_block(st);
+	}
+	for (size_t i = 0; i < st->n; i++)
+		if (submit_vm(r, st, &st->vms[i], hosts, why, whylen) < 0)
+			goto out;
+	rc = 0;
+out:
+	free(hosts);
 	return rc;
 }
 
@@ -274,28 +362,34 @@ static enum step admit(struct req *r, struct start *st)
 		return STEP_REFUSED;
 	}
 
-	/* 3: the golden disk, or the silent fallback (VMs only) */
-	st->disk = st->lesson->disk;
-	if (st->disk == DISK_GOLDEN && st->lesson->runtime == RUNTIME_VM) {
-		enum golden_reason g = golden_check(&x->kube, c, st->lesson, detail, sizeof detail);
+	/* 3: the golden disk, or the silent fallback: per machine */
+	for (size_t i = 0; i < st->n; i++) {
+		struct start_vm *v = &st->vms[i];
+		v->disk = v->m->disk;
+		if (v->disk != DISK_GOLDEN || st->lesson->runtime == RUNTIME_POD)
+			continue;
+		enum golden_reason g = golden_check(&x->kube, c, v->m, detail, sizeof detail);
 		if (g != GOLDEN_OK) {
-			st->disk = DISK_CONTAINERDISK;
-			st->fallback = golden_reason_str(g);
-			log_info("user %s lesson %s: golden disk not used (%s; %s), containerDisk "
-			         "instead",
-			         r->user, st->lesson->id, st->fallback, detail);
+			v->disk = DISK_CONTAINERDISK;
+			v->fallback = golden_reason_str(g);
+			log_info("user %s lesson %s%s%s: golden disk not used (%s; %s), "
+			         "containerDisk instead",
+			         r->user, st->lesson->id, v->m->machine ? " machine " : "",
+			         v->m->machine ? v->m->machine : "", v->fallback, detail);
 		}
 	}
 
-	/* 4-5: capacity, counted in the cluster under a global lock. A full
-	 * cluster is refused before queueing for the lock, so a burst of refusals
-	 * does not wait behind the admissions; the count that admits is the one
-	 * taken under the lock. */
+	/* 4-5: capacity, counted in the cluster under a global lock: a session of
+	 * N machines takes N seats, all or none. A cluster without room for them
+	 * is refused before queueing for the lock, so a burst of refusals does not
+	 * wait behind the admissions; the count that admits is the one taken
+	 * under the lock, which is held until every machine is submitted. */
+	long need = (long)st->n;
+	/* lab Pods are counted apart (pod_capacity, their own lock): no VM seat */
 	enum lesson_runtime rt = st->lesson->runtime;
 	int capacity = rt == RUNTIME_POD ? c->pod_capacity : c->vm_capacity;
 	long code = count_lab(x, rt, &st->in_use);
-	if (code != 200 || st->in_use < capacity) {
-		/* VMs and Pods are counted apart, each under its own lock */
+	if (code != 200 || st->in_use + need <= capacity) {
 		if (db_cmd(&x->db,
 		           rt == RUNTIME_POD ? "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 1)"
 		                             : "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)",
@@ -309,10 +403,14 @@ static enum step admit(struct req *r, struct start *st)
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
 		              "the cluster cannot be reached right now: try again in a minute");
 	}
-	if (st->in_use >= capacity) {
-		refuse(st, E_CAPACITY_FULL, "all lab machines are in use: try again shortly");
+	if (st->in_use + need > capacity) {
+		refuse(st, E_CAPACITY_FULL,
+		       need > 1
+		           ? "not enough lab machines are free for this lesson: try again shortly"
+		           : "all lab machines are in use: try again shortly");
 		jx_add_num(st->answer, "capacity", capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
+		jx_add_num(st->answer, "seats", (double)need);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
 		return STEP_REFUSED;
@@ -326,9 +424,18 @@ static enum step submission(struct req *r, struct start *st)
 	struct labctx *x = r->x;
 	char why[1024];
 
-	if (util_uuid4(st->sid) < 0 || util_random_hex(st->token, 32) < 0)
+	if (util_uuid4(st->sid) < 0)
 		return refuse(st, E_INTERNAL, "no randomness available");
-	lab_names_from_session(&st->names, st->sid);
+	for (size_t i = 0; i < st->n; i++) {
+		struct start_vm *v = &st->vms[i];
+		if (util_random_hex(v->token, 32) < 0)
+			return refuse(st, E_INTERNAL, "no randomness available");
+		lab_names_for_machine(&v->names, st->sid, st->multi ? v->m->machine : NULL);
+		if (st->multi)
+			session_net_plan(st->sid, i, &v->net);
+	}
+	if (st->multi)
+		snprintf(st->network, sizeof st->network, "%s", st->vms[0].names.network);
 	if (insert_rows(r, st) < 0)
 		return STEP_DB;
 	if ((st->lesson->runtime == RUNTIME_POD ? submit_pod(r, st, why, sizeof why)
@@ -344,8 +451,8 @@ static enum step submission(struct req *r, struct start *st)
 	           "UPDATE sessions SET submitted_at = clock_timestamp() WHERE id = $1::uuid", 1,
 	           ps) < 0 ||
 	    db_commit(&x->db) < 0) {
-		log_err("user %s: database failed after submitting %s: %s", r->user, st->names.vm,
-		        x->db.msg);
+		log_err("user %s: database failed after submitting session %s: %s", r->user,
+		        st->sid, x->db.msg);
 		return refuse(st, E_DB_UNAVAILABLE,
 		              "the database is unavailable: try again shortly");
 	}
@@ -364,10 +471,16 @@ enum hres api_session_create(struct req *r)
 	memset(&st, 0, sizeof st);
 	if (parse_start(r, &st) < 0)
 		return H_DONE;
+	st.n = lesson_nmachines(st.lesson);
+	st.multi = st.lesson->nmachines > 0;
+	st.vms = xcalloc(st.n, sizeof *st.vms);
+	for (size_t i = 0; i < st.n; i++)
+		st.vms[i].m = lesson_machine(st.lesson, i);
 	enum step rc = admit(r, &st);
 	if (rc == STEP_OK)
 		rc = submission(r, &st);
-	OPENSSL_cleanse(st.token, sizeof st.token);
+	for (size_t i = 0; i < st.n; i++)
+		OPENSSL_cleanse(st.vms[i].token, sizeof st.vms[i].token);
 	if (rc != STEP_OK) {
 		/* the one way back: the cluster objects, then the transaction and its locks */
 		if (st.created)
@@ -377,17 +490,21 @@ enum hres api_session_create(struct req *r)
 			h = api_db_error(r);
 		else
 			resp_error_json(r, st.err, st.answer);
+		free(st.vms);
 		return h;
 	}
 	if (st.lesson->runtime == RUNTIME_POD)
 		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use)", r->user,
-		         st.lesson->id, st.sid, st.names.vm, st.in_use + 1, c->pod_capacity);
+		         st.lesson->id, st.sid, st.vms[0].names.vm, st.in_use + 1, c->pod_capacity);
 	else
-		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
+		for (size_t i = 0; i < st.n; i++)
+			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
 		         "use)",
-		         r->user, st.lesson->id, st.sid, st.names.vm, lesson_disk_str(st.disk),
-		         st.fallback ? ", fallback " : "", st.fallback ? st.fallback : "",
-		         st.in_use + 1, c->vm_capacity);
+		         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
+		         lesson_disk_str(st.vms[i].disk), st.vms[i].fallback ? ", fallback " : "",
+		         st.vms[i].fallback ? st.vms[i].fallback : "", st.in_use + (long)i + 1,
+		         c->vm_capacity);
+	free(st.vms);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;
@@ -499,8 +616,12 @@ enum hres api_session_grade(struct req *r)
 	}
 	cJSON *o = jx_obj();
 	cJSON *steps = jx_arr();
+	size_t nm = lesson_nmachines(l);
+	int *mpassed = xcalloc(nm + 1, sizeof *mpassed), *mtotal = xcalloc(nm + 1, sizeof *mtotal);
 	for (size_t i = 0; i < l->nsteps; i++) {
 		const struct grader_step *gs = &l->steps[i];
+		const char *mname = l->nmachines ? l->machines[gs->machine].machine : NULL;
+		const struct session_vm *vm = session_vm_find(s, mname);
 		cJSON *res = NULL;
 		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
 		if (s->runtime == RUNTIME_POD) {
@@ -508,16 +629,28 @@ enum hres api_session_grade(struct req *r)
 			if (grade_by_exec(r, s, gs, timeout, &res) < 0) {
 				cJSON_Delete(o);
 				cJSON_Delete(steps);
+				free(mpassed);
+				free(mtotal);
 				return H_DONE;
 			}
-		} else if (agent_run(&x->agent, s->vms[0].ip, x->cfg->agent_port, s->vms[0].token,
-		                     gs->command, timeout, &res) < 0) {
-			log_warn("session %s: grading step %zu: %s", s->id, i + 1, x->agent.msg);
+		} else if (!vm || !vm->ip ||
+		           agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command,
+		                     timeout, &res) < 0) {
+			const char *why = vm && vm->ip ? x->agent.msg : "no address";
+			log_warn("session %s: grading step %zu%s%s: %s", s->id, i + 1,
+			         mname ? " on " : "", mname ? mname : "", why);
 			cJSON_Delete(o);
 			cJSON_Delete(steps);
-			resp_error(r, E_AGENT_UNREACHABLE,
-			           "the grading agent in your VM did not answer (%s)",
-			           x->agent.msg);
+			free(mpassed);
+			free(mtotal);
+			if (mname)
+				resp_error(
+				    r, E_AGENT_UNREACHABLE,
+				    "the grading agent in your machine %s did not answer (%s)",
+				    mname, why);
+			else
+				resp_error(r, E_AGENT_UNREACHABLE,
+				           "the grading agent in your VM did not answer (%s)", why);
 			return H_DONE;
 		}
 		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
@@ -526,6 +659,8 @@ enum hres api_session_grade(struct req *r)
 		char *out = step_output(res);
 		cJSON *e = jx_obj();
 		jx_add_str(e, "name", gs->name);
+		if (mname)
+			jx_add_str(e, "machine", mname);
 		if (gs->name_ja) {
 			cJSON *ja = jx_obj();
 			jx_add_str(ja, "name", gs->name_ja);
@@ -543,12 +678,27 @@ enum hres api_session_grade(struct req *r)
 			jx_add_bool(e, "timed_out", 1);
 		jx_push(steps, e);
 		passed += ok;
+		mpassed[gs->machine] += ok;
+		mtotal[gs->machine]++;
 		free(out);
 		cJSON_Delete(res);
 	}
 	jx_add_num(o, "passed", passed);
 	jx_add_num(o, "total", (double)l->nsteps);
 	jx_put(o, "steps", steps);
+	if (l->nmachines) {
+		/* the grade per machine, in the lesson's order */
+		cJSON *ms = jx_add_arr(o, "machines");
+		for (size_t i = 0; i < nm; i++) {
+			cJSON *m = jx_obj();
+			jx_add_str(m, "machine", l->machines[i].machine);
+			jx_add_num(m, "passed", mpassed[i]);
+			jx_add_num(m, "total", mtotal[i]);
+			jx_push(ms, m);
+		}
+	}
+	free(mpassed);
+	free(mtotal);
 	char *json = jx_print(o);
 	const char *p[2] = {s->id, json};
 	if (db_cmd(&x->db,
@@ -565,13 +715,33 @@ enum hres api_session_grade(struct req *r)
 
 /* ------------------------------------------------------------ console */
 
+/* The machine a console request is about: {"machine": NAME} in the body,
+ * without it the first. NULL when answered (400, 404). */
+static const struct session_vm *pick_machine(struct req *r, const struct session *s)
+{
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->json, "machine");
+	if (m && !cJSON_IsNull(m) && !cJSON_IsString(m)) {
+		resp_error(r, E_BAD_REQUEST, "\"machine\" must be a machine's name");
+		return NULL;
+	}
+	const char *mname = cJSON_IsString(m) ? m->valuestring : NULL;
+	const struct session_vm *vm = session_vm_find(s, mname);
+	if (!vm) {
+		resp_error(r, E_NOT_FOUND, "this session has no machine \"%.64s\"", mname);
+		return NULL;
+	}
+	return vm;
+}
+
 enum hres api_console_ticket(struct req *r)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
 	const struct session *s = r->sess; /* ready, with a VM (NEED_READY) */
-
-	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s->id, s->user, s->vms[0].name,
+	const struct session_vm *vm = pick_machine(r, s);
+	if (!vm)
+		return H_DONE;
+	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s->id, s->user, vm->name,
 	                      util_epoch_s() + c->ticket_ttl_s);
 	if (!t) {
 		resp_error(r, E_INTERNAL, "could not sign a console ticket");
@@ -581,6 +751,8 @@ enum hres api_console_ticket(struct req *r)
 	cJSON *o = jx_obj();
 	jx_add_str(o, "ticket", t);
 	jx_add_str(o, "url", url);
+	if (vm->machine)
+		jx_add_str(o, "machine", vm->machine);
 	jx_add_num(o, "expires_in", c->ticket_ttl_s);
 	util_free_secret(url);
 	util_free_secret(t);
@@ -611,8 +783,15 @@ enum hres api_tty_size(struct req *r)
 		resp_error(r, E_BAD_REQUEST, "cols and rows must be integers in 1..1000");
 		return H_DONE;
 	}
-	int rc = agent_tty_size(&x->agent, s->vms[0].ip, x->cfg->agent_port, s->vms[0].token,
-	                        cols->valueint, rows->valueint, x->cfg->agent_ready_timeout_ms);
+	const struct session_vm *vm = pick_machine(r, s);
+	if (!vm)
+		return H_DONE;
+	if (!vm->ip) {
+		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine has no address yet");
+		return H_DONE;
+	}
+	int rc = agent_tty_size(&x->agent, vm->ip, x->cfg->agent_port, vm->token, cols->valueint,
+	                        rows->valueint, x->cfg->agent_ready_timeout_ms);
 	if (rc < 0) {
 		log_warn("session %s: tty-size: %s", s->id, x->agent.msg);
 		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine's agent did not answer");

@@ -188,9 +188,10 @@ static const char *const top_keys[] = {"id",
                                        "files",
                                        "setup",
                                        "grader",
+                                       "machines",
                                        NULL};
 static const char *const file_keys[] = {"path", "content", "mode", NULL};
-static const char *const step_keys[] = {"name", "command", "timeout_s", NULL};
+static const char *const step_keys[] = {"name", "command", "timeout_s", "machine", "i18n", NULL};
 static const char *const i18n_keys[] = {"title", "description", NULL};
 
 static const char *const reserved[] = {"/opt/labvm/",   "/etc/labvm/",   "/var/lib/labvm/",
@@ -239,22 +240,30 @@ static void check_one(const char *file, int *bad)
 			       "\"id\": \"%s\", but the file is called %s (operators expect %s)",
 			       l.id, base, want);
 		free(want);
-		for (size_t i = 0; i < l.nfiles; i++)
-			for (const char *const *r = reserved; *r; r++) {
-				size_t rl = strlen(*r);
-				if (strncmp(l.files[i].path, *r, rl) == 0 ||
-				    (r[0][rl - 1] == '/' &&
-				     strncmp(l.files[i].path, *r, rl - 1) == 0 &&
-				     l.files[i].path[rl - 1] == '\0'))
-					report(&c, 1,
-					       "files[%zu].path: \"%s\" is labvm's own (%s): "
-					       "choose another "
-					       "place, e.g. under /root/lab/",
-					       i, l.files[i].path, *r);
-			}
 		char msg[512];
-		if (l.setup && sh_syntax(l.setup, msg, sizeof msg) < 0)
-			report(&c, 1, "setup: not a valid shell script: %s", msg);
+		/* every machine's files and setup (a lesson without machines is its one) */
+		for (size_t mi = 0; mi < lesson_nmachines(&l); mi++) {
+			const struct lesson *m = lesson_machine(&l, mi);
+			char pre[64] = "";
+			if (m->machine)
+				snprintf(pre, sizeof pre, "machine %s: ", m->machine);
+			for (size_t i = 0; i < m->nfiles; i++)
+				for (const char *const *r = reserved; *r; r++) {
+					size_t rl = strlen(*r);
+					if (strncmp(m->files[i].path, *r, rl) == 0 ||
+					    (r[0][rl - 1] == '/' &&
+					     strncmp(m->files[i].path, *r, rl - 1) == 0 &&
+					     m->files[i].path[rl - 1] == '\0'))
+						report(&c, 1,
+						       "%sfiles[%zu].path: \"%s\" is labvm's own "
+						       "(%s): "
+						       "choose another "
+						       "place, e.g. under /root/lab/",
+						       pre, i, m->files[i].path, *r);
+				}
+			if (m->setup && sh_syntax(m->setup, msg, sizeof msg) < 0)
+				report(&c, 1, "%ssetup: not a valid shell script: %s", pre, msg);
+		}
 		for (size_t i = 0; i < l.nsteps; i++)
 			if (sh_syntax(l.steps[i].command, msg, sizeof msg) < 0)
 				report(
@@ -264,13 +273,17 @@ static void check_one(const char *file, int *bad)
 		if (l.nsteps == 0)
 			report(&c, 0, "\"grader\": no steps: Grade will have nothing to say");
 		if (l.runtime == RUNTIME_VM)
-			check_cloud_config(&c, &l);
+			for (size_t mi = 0; mi < lesson_nmachines(&l); mi++)
+				check_cloud_config(&c, lesson_machine(&l, mi));
 		if (!c.errors)
 			printf("%s: lesson \"%s\" (%s, %s disk): %zu files, %s, %zu grader steps, "
 			       "timeouts %d s running / %d s ready\n",
 			       file, l.id, lesson_runtime_str(l.runtime), lesson_disk_str(l.disk),
 			       l.nfiles, l.setup ? "a setup script" : "no setup", l.nsteps,
 			       l.running_timeout_s, l.ready_timeout_s);
+		if (!c.errors && l.nmachines)
+			printf("%s: %zu machines on a session network, %zu seats per session\n",
+			       file, l.nmachines, l.nmachines);
 		lesson_free(&l);
 	}
 	unknown_keys(&c, o, "", top_keys);

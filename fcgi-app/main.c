@@ -121,6 +121,22 @@ int main(int argc, char **argv)
 		log_err("lessons: %s", err);
 		return 1;
 	}
+	/* a lesson whose machines can never all fit: refused by --check, and a
+	 * warning at start (admission answers capacity_full to it) */
+	for (size_t i = 0; i < lessons.n; i++) {
+		size_t nm = lesson_nmachines(&lessons.v[i]);
+		if (nm <= (size_t)cfg.vm_capacity)
+			continue;
+		if (check_only) {
+			log_err("lessons: lesson \"%s\" has %zu machines but vm_capacity is %d: it "
+			        "could never start",
+			        lessons.v[i].id, nm, cfg.vm_capacity);
+			return 1;
+		}
+		log_warn("lesson \"%s\" has %zu machines but vm_capacity is %d: it will never "
+		         "start",
+		         lessons.v[i].id, nm, cfg.vm_capacity);
+	}
 	if (check_only) {
 		printf("labvm.fcgi: config %s and %zu lessons are valid\n", cfg_path(), lessons.n);
 		return 0;

@@ -4,7 +4,8 @@
  *
  * One run, under pg_try_advisory_lock (a second run exits at once):
  *   1. snapshot the active sessions of this environment
- *   2. list this environment's lab VMs, Pods and Secrets (label selector on the
+ *   2. list this environment's lab VMs, Pods, Secrets and session networks
+ *      (NetworkAttachmentDefinitions) (label selector on the
  *      lab-session marker AND the environment): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
@@ -34,12 +35,13 @@
 #define LOCK_REAPER "7303"
 
 struct counts {
-	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, kept_young, errors;
+	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
+	    kept_young, errors;
 	int orphan_pods;
 };
 
 struct obj {
-	char *kind; /* "virtualmachines" | "pods" | "secrets" */
+	char *kind; /* "virtualmachines" | "pods" | "secrets" | "network-attachment-definitions" */
 	char *name;
 	char *ended; /* pods: why it ended (phase Failed/Succeeded), else NULL */
 	char *session_id; /* label value, may be NULL */
@@ -88,8 +90,10 @@ static double parse_age(const char *ts, double now)
 	return now - (double)timegm(&tm);
 }
 
-/* List one kind of this environment's lab objects. 0 ok, -1 failed. */
-static int list_objs(struct labctx *x, const char *kind, struct objs *out)
+/* List one kind of this environment's lab objects. 0 ok, -1 failed; a kind
+ * the cluster does not serve at all (404, no Multus) is an empty list when
+ * missing_ok. */
+static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct objs *out)
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
@@ -103,6 +107,8 @@ static int list_objs(struct labctx *x, const char *kind, struct objs *out)
 	double now = (double)time(NULL);
 	int rc = 0;
 
+	if (code == 404 && missing_ok)
+		goto out;
 	if (code != 200 || !cJSON_IsArray(items)) {
 		log_err("listing %s failed: %s", kind, x->kube.msg[0] ? x->kube.msg : "bad answer");
 		rc = -1;
@@ -192,7 +198,7 @@ static int row_state(struct labctx *x, const char *sid)
 }
 
 static void advance_one(struct labctx *x, const char *id, struct objs *vms, struct objs *secrets,
-                        struct counts *k)
+                        struct objs *nets, struct counts *k)
 {
 	struct session s;
 	if (session_load(x, id, &s) != SESSION_FOUND) {
@@ -234,6 +240,10 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 			if (o)
 				o->done = 1;
 		}
+		struct obj *o =
+		    s.network ? find_obj(nets, "network-attachment-definitions", s.network) : NULL;
+		if (o)
+			o->done = 1;
 	}
 	session_free(&s);
 }
@@ -330,15 +340,17 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		}
 		int vm = strcmp(o->kind, "virtualmachines") == 0;
 		int pod = strcmp(o->kind, "pods") == 0;
-		const char *what = vm ? "VM" : pod ? "Pod" : "Secret";
+		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
+		const char *what = vm ? "VM" : pod ? "Pod" : net ? "NetworkAttachmentDefinition" : "Secret";
 		if (dry_run) {
-			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what, o->name,
-			       why, o->age_s);
+			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
+			       o->name, why, o->age_s);
 		} else {
 			char *path = kube_path(o->kind, c->namespace_, o->name);
 			if (kube_delete(&x->kube, path, "Background")) {
 				log_info("deleted %s %s: orphan (session %s %s, %.0fs old)", what,
-				         o->name, o->session_id ? o->session_id : "-", why, o->age_s);
+				         o->name, o->session_id ? o->session_id : "-", why,
+				         o->age_s);
 			} else {
 				log_warn("deleting %s %s failed: %s", what, o->name, x->kube.msg);
 				k->errors++;
@@ -349,6 +361,8 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			k->orphan_vms++;
 		else if (pod)
 			k->orphan_pods++;
+		else if (net)
+			k->orphan_networks++;
 		else
 			k->orphan_secrets++;
 	}
@@ -367,7 +381,7 @@ int main(int argc, char **argv)
 	struct lessons none = {0};
 	struct labctx x;
 	struct counts k = {0};
-	struct objs vms = {0}, secrets = {0};
+	struct objs vms = {0}, secrets = {0}, nets = {0};
 	char **ids = NULL;
 	size_t nids = 0, nactive = 0;
 	char err[1024];
@@ -427,14 +441,15 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	nactive = nids;
-	if (list_objs(&x, "virtualmachines", &vms) < 0 || list_objs(&x, "pods", &vms) < 0 ||
-	    list_objs(&x, "secrets", &secrets) < 0) {
+	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 || list_objs(&x, "pods", 0, &vms) < 0 ||
+	    list_objs(&x, "secrets", 0, &secrets) < 0 ||
+	    list_objs(&x, "network-attachment-definitions", 1, &nets) < 0) {
 		log_err("cluster lists failed: nothing deleted this run");
 		goto out;
 	}
 	/* 3-5 */
 	for (size_t i = 0; i < nids; i++)
-		advance_one(&x, ids[i], &vms, &secrets, &k);
+		advance_one(&x, ids[i], &vms, &secrets, &nets, &k);
 	for (size_t i = 0; i < nids; i++)
 		vanished_one(&x, ids[i], &vms, &k);
 	for (size_t i = 0; i < nids; i++)
@@ -447,14 +462,16 @@ int main(int argc, char **argv)
 	}
 	orphans(&x, &vms, ids, nids, &k);
 	orphans(&x, &secrets, ids, nids, &k);
+	orphans(&x, &nets, ids, nids, &k);
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
-	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d kept_young=%d "
-	       "errors=%d status=%s duration_ms=%.0f orphan_pods=%d\n",
+	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
+	       "kept_young=%d errors=%d status=%s duration_ms=%.0f orphan_pods=%d\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
-	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.kept_young, k.errors,
-	       rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0, k.orphan_pods);
+	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
+	       k.kept_young, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0,
+	       k.orphan_pods);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)
@@ -462,6 +479,7 @@ out:
 	free(ids);
 	objs_free(&vms);
 	objs_free(&secrets);
+	objs_free(&nets);
 	labctx_cleanup(&x);
 	cfg_free(&cfg);
 	curl_global_cleanup();

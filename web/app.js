@@ -90,8 +90,11 @@
     document.querySelectorAll('#lang-switch button').forEach((b) => {
       b.setAttribute('aria-pressed', String(b.dataset.lang === lang));
     });
-    const ta = lab && lab.console && lab.console.term.textarea;
-    if (ta) ta.setAttribute('aria-label', t('lab.termLabel'));
+    for (const c of lab ? Object.values(lab.consoles) : []) {
+      const ta = c.term.textarea;
+      if (ta) ta.setAttribute('aria-label', c.machine ? t('lab.termLabelMachine', { name: c.machine })
+        : t('lab.termLabel'));
+    }
     updateTitle();
   }
 
@@ -508,7 +511,10 @@
   }
 
   /* --------------------------------------------------------------- lab */
-  let lab = null;   // {sid, console}; console is null while xterm.js loads
+  // {sid, console, consoles, machines}: console is the shown machine's (null
+  // while xterm.js loads); a session of several machines has one Console
+  // (its own bridge session) per machine, opened when its tab is first shown
+  let lab = null;
 
   /* xterm.js, its CSS and the fit addon, loaded once, when a lab needs them.
    * web/vendor/manifest.json (written by make) names versioned URLs, which
@@ -546,13 +552,15 @@
     if (lab && lab.sid === s.id) return;
     leaveLab();
     $('end-confirm').hidden = true;
-    const me = { sid: s.id, console: null };
+    const machines = (s.vms || []).map((v) => v.machine).filter(Boolean);
+    const me = { sid: s.id, console: null, consoles: {}, machines, runtime: s.runtime };
     lab = me;
     $('conn').dataset.conn = 'connecting';
     $('conn-text').textContent = t('lab.loadingTerminal');
+    renderTabs();
     loadTerminal().then(() => {
       if (lab !== me) return;
-      me.console = new Console(s.id, $('terminal'), s.runtime);
+      showMachine(machines[0] || '');
       if (focusTerm && (document.activeElement === document.body || document.activeElement === $('lab-title'))) {
         me.console.term.focus();
       }
@@ -563,10 +571,65 @@
     });
   }
 
+  /* Show machine `name`'s terminal (opening its console the first time). */
+  function showMachine(name) {
+    if (!lab) return;
+    let c = lab.consoles[name];
+    if (!c) {
+      const pane = el('div', { class: 'term-pane', 'data-machine': name });
+      $('terminal').append(pane);
+      c = new Console(lab.sid, pane, lab.runtime, name || null);
+      lab.consoles[name] = c;
+    }
+    for (const k of Object.keys(lab.consoles)) lab.consoles[k].container.hidden = k !== name;
+    lab.console = c;
+    c.fit();
+    c.render();
+    renderTabs();
+  }
+
+  /* One tab per machine (none for a single machine): a tablist, arrow keys
+   * move between the tabs. */
+  function renderTabs() {
+    const box = $('machine-tabs');
+    const ms = lab ? lab.machines : [];
+    box.hidden = ms.length < 2;
+    if (ms.length < 2) {
+      box.replaceChildren();
+      return;
+    }
+    const cur = lab.console ? lab.console.machine : ms[0];
+    const had = box.contains(document.activeElement);
+    box.replaceChildren(...ms.map((m) => {
+      const b = el('button', { type: 'button', id: 'tab-' + m, 'data-machine': m, text: m });
+      b.setAttribute('role', 'tab');
+      b.setAttribute('aria-selected', String(m === cur));
+      b.setAttribute('aria-controls', 'terminal');
+      b.tabIndex = m === cur ? 0 : -1;
+      b.addEventListener('click', () => showMachine(m));
+      b.addEventListener('keydown', (e) => {
+        const i = ms.indexOf(m);
+        let j = -1;
+        if (e.key === 'ArrowRight') j = (i + 1) % ms.length;
+        else if (e.key === 'ArrowLeft') j = (i + ms.length - 1) % ms.length;
+        else if (e.key === 'Home') j = 0;
+        else if (e.key === 'End') j = ms.length - 1;
+        if (j < 0) return;
+        e.preventDefault();
+        showMachine(ms[j]);
+        $('tab-' + ms[j]).focus();
+      });
+      return b;
+    }));
+    if (had && $('tab-' + cur)) $('tab-' + cur).focus();
+  }
+
   function leaveLab() {
     if (!lab) return;
-    if (lab.console) lab.console.stop();
+    for (const c of Object.values(lab.consoles)) c.stop();
+    $('terminal').replaceChildren();
     lab = null;
+    renderTabs();
   }
 
   function renderLab(s) {
@@ -626,9 +689,11 @@
       const name = (st.i18n && st.i18n[lang] && st.i18n[lang].name) || st.name;
       const detail = st.timed_out ? t('grade.timeout')
         : (st.exit_code !== null && st.exit_code !== undefined) ? t('grade.exit', { code: st.exit_code }) : '';
-      ol.append(el('li', { class: 'step ' + (st.passed ? 'pass' : 'fail'), 'data-passed': String(!!st.passed) },
+      ol.append(el('li', { class: 'step ' + (st.passed ? 'pass' : 'fail'), 'data-passed': String(!!st.passed),
+        'data-machine': st.machine || null },
         el('div', { class: 'step-head' },
           el('span', { class: 'verdict', text: st.passed ? t('grade.pass') : t('grade.fail') }),
+          st.machine ? el('span', { class: 'step-machine', text: st.machine }) : null,
           el('span', { class: 'step-name', text: name }),
           detail ? el('span', { class: 'muted', text: detail }) : null),
         el('pre', { class: 'output', text: st.output ? st.output : t('grade.noOutput') })));
@@ -675,8 +740,10 @@
 
   /* ----------------------------------------------------------- console */
   class Console {
-    constructor(sid, container, runtime) {
+    constructor(sid, container, runtime, machine) {
       this.sid = sid;
+      this.container = container;
+      this.machine = machine;   // null: the session's only machine
       this.runtime = runtime;
       this.maxCols = MAX_COLS;
       this.postedSize = '';
@@ -713,7 +780,8 @@
       this.term.open(container);
       const ta = this.term.textarea;
       if (ta) {
-        ta.setAttribute('aria-label', t('lab.termLabel'));
+        ta.setAttribute('aria-label', this.machine ? t('lab.termLabelMachine', { name: this.machine })
+          : t('lab.termLabel'));
         ta.setAttribute('aria-describedby', 'term-hint');
       }
       // Esc then Tab (or Shift+Tab) leaves the terminal. Tab alone is the
@@ -772,7 +840,8 @@
 
     /* As many columns and rows as the box holds (at least 20 x 5). */
     fit() {
-      if (this.stopped || !this.term.element) return;
+      // a hidden machine's terminal keeps its size until its tab is shown
+      if (this.stopped || !this.term.element || this.container.hidden) return;
       const d = this.fitter.proposeDimensions();
       if (!d || !Number.isFinite(d.cols) || !Number.isFinite(d.rows)) return;
       const cols = Math.max(20, Math.min(this.maxCols, d.cols));
@@ -794,6 +863,7 @@
       clearTimeout(this.sizeTimer);
       this.sizeTimer = setTimeout(async () => {
         const size = { cols: this.term.cols, rows: this.term.rows };
+        if (this.machine) size.machine = this.machine;
         const key = size.cols + 'x' + size.rows;
         if (this.stopped || key === this.postedSize) return;
         const r = await api('POST', sessionPath(this.sid) + '/tty-size', size);
@@ -833,7 +903,8 @@
       clearTimeout(this.timer);
       this.busy = true;
       this.setState('connecting');
-      const r = await api('POST', sessionPath(this.sid) + '/console-ticket', {});
+      const r = await api('POST', sessionPath(this.sid) + '/console-ticket',
+        this.machine ? { machine: this.machine } : {});
       this.busy = false;
       if (this.stopped) return;
       if (r.status !== 200 || !r.data.url) {
@@ -928,7 +999,7 @@
         try { ws.close(1000, 'page'); } catch (e) { /* already closing */ }
       }
       this.term.dispose();
-      $('terminal').replaceChildren();
+      this.container.replaceChildren();
     }
   }
 

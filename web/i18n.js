@@ -62,6 +62,8 @@ window.LABVM_TEXTS = {
 
     'lab.termHint': 'Keyboard: the terminal takes Tab and Esc. To leave it, press Esc, then Tab (to Grade) or Shift+Tab (to End lab).',
     'lab.termLabel': 'Terminal of your lab machine',
+    'lab.termLabelMachine': 'Terminal of machine {name}',
+    'lab.machines': 'Machines',
     'lab.loadingTerminal': 'Loading the terminal…',
     'console.loadError': 'The terminal could not be loaded ({what}). Reload the page to try again.',
     'stage.live': 'Stage: {stage}',
@@ -163,6 +165,8 @@ window.LABVM_TEXTS = {
 
     'lab.termHint': 'キーボード: 端末は Tab と Esc を受け取ります。端末から出るには Esc を押してから Tab (「採点」へ) または Shift+Tab (「演習を終了」へ) を押してください。',
     'lab.termLabel': '演習マシンの端末',
+    'lab.termLabelMachine': 'マシン {name} の端末',
+    'lab.machines': 'マシン',
     'lab.loadingTerminal': '端末を読み込み中…',
     'console.loadError': '端末を読み込めませんでした ({what})。ページを再読み込みしてください。',
     'stage.live': '段階: {stage}',

@@ -68,6 +68,11 @@ static void add_file(cJSON *files, const char *path, const char *content, const 
 
 char *cloudinit_build(const struct lesson *l, const char *agent_token)
 {
+	return cloudinit_build_hosts(l, agent_token, NULL);
+}
+
+char *cloudinit_build_hosts(const struct lesson *l, const char *agent_token, const char *hosts)
+{
 	cJSON *doc = jx_obj();
 	cJSON *files, *run;
 	char *setup, *json, *out;
@@ -86,6 +91,15 @@ char *cloudinit_build(const struct lesson *l, const char *agent_token)
 		setup = xasprintf("#!/bin/sh\n%s\n", l->setup ? l->setup : "# no setup\nexit 0");
 	add_file(files, GUEST_SETUP_PATH, setup, "0700");
 	run = jx_add_arr(doc, "runcmd");
+	if (hosts) {
+		/* the session's machines by name (once, even if runcmd runs again) */
+		char *h = xasprintf("grep -q '^# labvm session machines' /etc/hosts 2>/dev/null || "
+		                    "cat >> /etc/hosts <<'LABVM_EOF'\n# labvm session machines\n"
+		                    "%sLABVM_EOF\n",
+		                    hosts);
+		jx_push(run, sh(h));
+		free(h);
+	}
 	jx_push(run, sh(run_setup));
 	jx_push(run, sh(ready_flag)); /* the last line */
 	json = jx_print(doc);

@@ -28,5 +28,9 @@
 
 /* The user-data document (malloc'd), or NULL on allocation failure. */
 char *cloudinit_build(const struct lesson *l, const char *agent_token);
+/* The same for a machine of a session of several: `hosts` (lines
+ * "ADDRESS NAME", one per machine of the session) is added to /etc/hosts in
+ * the first runcmd, before the setup runs. */
+char *cloudinit_build_hosts(const struct lesson *l, const char *agent_token, const char *hosts);
 
 #endif

@@ -218,6 +218,7 @@ int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t 
 	c->label.environment = xasprintf("%s/environment", c->label_prefix);
 	c->label.lesson = xasprintf("%s/lesson", c->label_prefix);
 	c->label.image = xasprintf("%s/image", c->label_prefix);
+	c->label.machine = xasprintf("%s/machine", c->label_prefix);
 	return 0;
 }
 
@@ -234,6 +235,7 @@ void cfg_free(struct cfg *c)
 	free(c->label.environment);
 	free(c->label.lesson);
 	free(c->label.image);
+	free(c->label.machine);
 	memset(&c->label, 0, sizeof c->label);
 	if (c->ticket_key) {
 		OPENSSL_cleanse(c->ticket_key, c->ticket_key_len);

@@ -44,7 +44,7 @@ struct cfg {
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
-		char *lab_session, *session_id, *environment, *lesson, *image;
+		char *lab_session, *session_id, *environment, *lesson, *image, *machine;
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */

@@ -187,6 +187,8 @@ char *kube_path(const char *kind, const char *ns, const char *name)
 		group = "/apis/kubevirt.io/v1";
 	else if (strcmp(kind, "datavolumes") == 0)
 		group = "/apis/cdi.kubevirt.io/v1beta1";
+	else if (strcmp(kind, "network-attachment-definitions") == 0)
+		group = "/apis/k8s.cni.cncf.io/v1";
 	else
 		group = "/api/v1";
 	if (name)

@@ -104,17 +104,16 @@ static void item_prefix(char *err, size_t errlen, const char *array, size_t i)
 	snprintf(err, errlen, "%s[%zu]: %s", array, i, tmp);
 }
 
-int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
+static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err, size_t errlen);
+static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t errlen);
+
+/* One lesson (or one machine's merged view of it) from its JSON object. */
+static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char *err, size_t errlen)
 {
-	cJSON *o = cJSON_ParseWithLength(json, len);
 	char *s = NULL;
 	const cJSON *a, *it;
 
 	memset(l, 0, sizeof *l);
-	if (!cJSON_IsObject(o)) {
-		snprintf(err, errlen, "not a JSON object");
-		goto fail;
-	}
 	if (get_str(o, "id", 1, &l->id, err, errlen) < 0 ||
 	    get_str(o, "title", 1, &l->title, err, errlen) < 0 ||
 	    get_str(o, "description", 0, &l->description, err, errlen) < 0 ||
@@ -148,7 +147,7 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	l->runtime = (enum lesson_runtime)rt;
 	free(s);
 	s = NULL;
-	if (get_str(o, "image", 1, &l->image, err, errlen) < 0 ||
+	if (get_str(o, "image", image_required, &l->image, err, errlen) < 0 ||
 	    get_str(o, "memory", 0, &l->memory, err, errlen) < 0 ||
 	    get_str(o, "golden_pvc", 0, &l->golden_pvc, err, errlen) < 0 ||
 	    get_str(o, "disk_size", 0, &l->disk_size, err, errlen) < 0 ||
@@ -224,34 +223,202 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 		}
 	}
 
-	a = cJSON_GetObjectItemCaseSensitive(o, "grader");
+	return 0;
+fail:
+	free(s);
+	lesson_free(l);
+	return -1;
+}
+
+/* Grader steps for machine `machine`; a step of the lesson's own list
+ * (machine < 0) may name its machine ("machine", default the first). */
+static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err, size_t errlen)
+{
+	const cJSON *it;
 	if (a && !cJSON_IsArray(a)) {
 		snprintf(err, errlen, "\"grader\" must be an array");
-		goto fail;
+		return -1;
 	}
-	l->steps = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->steps);
+	l->steps =
+	    xrealloc(l->steps, (l->nsteps + (size_t)cJSON_GetArraySize(a) + 1) * sizeof *l->steps);
 	cJSON_ArrayForEach(it, a)
 	{
 		struct grader_step *st = &l->steps[l->nsteps++];
+		char *mname = NULL;
+		memset(st, 0, sizeof *st);
 		const cJSON *sja = cJSON_IsObject(it) ? kj_get_ja(it) : NULL;
 		if (!cJSON_IsObject(it) || get_str(it, "name", 1, &st->name, err, errlen) < 0 ||
 		    (sja && get_str(sja, "name", 0, &st->name_ja, err, errlen) < 0) ||
 		    get_str(it, "command", 1, &st->command, err, errlen) < 0 ||
-		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0) {
+		    get_int(it, "timeout_s", 0, 0, 300, &st->timeout_s, err, errlen) < 0 ||
+		    get_str(it, "machine", 0, &mname, err, errlen) < 0) {
 			if (!cJSON_IsObject(it))
 				snprintf(
 				    err, errlen,
 				    "must be an object {\"name\", \"command\", \"timeout_s\"}");
 			item_prefix(err, errlen, "grader", l->nsteps - 1);
-			goto fail;
+			return -1;
+		}
+		if (machine >= 0) {
+			if (mname) {
+				snprintf(err, errlen,
+				         "a machine's own grader steps run on it: no \"machine\"");
+				free(mname);
+				return -1;
+			}
+			st->machine = machine;
+		} else {
+			int i = mname ? lesson_machine_index(l, mname) : 0;
+			if (i < 0) {
+				snprintf(err, errlen,
+				         "grader step \"%s\": there is no machine \"%.64s\"",
+				         st->name, mname);
+				free(mname);
+				return -1;
+			}
+			st->machine = i;
+		}
+		free(mname);
+	}
+	return 0;
+}
+
+/* "machines": [{"name", and any of image, disk, golden_pvc, disk_size,
+ * memory, cpus, files, setup, grader}]: each machine is the lesson with its
+ * own keys replacing the lesson's. */
+static const char *const machine_keys[] = {"name",   "image", "disk",  "golden_pvc", "disk_size",
+                                           "memory", "cpus",  "files", "setup",      "grader"};
+
+static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t errlen)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "machines"), *m;
+	char sub[400];
+	if (!a || cJSON_IsNull(a))
+		return 0;
+	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1) {
+		snprintf(err, errlen, "\"machines\" must be a non-empty array");
+		return -1;
+	}
+	if (l->runtime != RUNTIME_VM) {
+		snprintf(err, errlen, "\"machines\" needs \"runtime\": \"vm\"");
+		return -1;
+	}
+	l->machines = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->machines);
+	cJSON_ArrayForEach(m, a)
+	{
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name"), *k;
+		if (!cJSON_IsObject(m) || !cJSON_IsString(name)) {
+			snprintf(err, errlen, "\"machines\" items must be objects with a \"name\"");
+			return -1;
+		}
+		const char *n = name->valuestring;
+		if (!util_dns_label_ok(n) || strlen(n) > MACHINE_NAME_MAX) {
+			snprintf(err, errlen,
+			         "machine name \"%.64s\" must be a DNS-1123 label (a-z, 0-9, '-', "
+			         "at most %d characters)",
+			         n, MACHINE_NAME_MAX);
+			return -1;
+		}
+		if (lesson_machine_index(l, n) >= 0) {
+			snprintf(err, errlen, "machine name \"%s\" is used twice", n);
+			return -1;
+		}
+		cJSON_ArrayForEach(k, m)
+		{
+			size_t j = 0;
+			while (j < sizeof machine_keys / sizeof machine_keys[0] &&
+			       strcmp(k->string, machine_keys[j]) != 0)
+				j++;
+			if (j == sizeof machine_keys / sizeof machine_keys[0]) {
+				snprintf(err, errlen, "machine \"%s\": unknown key \"%.64s\"", n,
+				         k->string);
+				return -1;
+			}
+		}
+		cJSON *merged = cJSON_Duplicate(o, 1);
+		cJSON_DeleteItemFromObjectCaseSensitive(merged, "machines");
+		cJSON_DeleteItemFromObjectCaseSensitive(merged, "grader");
+		cJSON_ArrayForEach(k, m)
+		{
+			if (strcmp(k->string, "name") == 0 || strcmp(k->string, "grader") == 0)
+				continue;
+			cJSON_DeleteItemFromObjectCaseSensitive(merged, k->string);
+			cJSON_AddItemToObject(merged, k->string, cJSON_Duplicate(k, 1));
+		}
+		struct lesson *ml = &l->machines[l->nmachines];
+		int rc = parse_obj(merged, ml, 1, sub, sizeof sub);
+		cJSON_Delete(merged);
+		if (rc < 0) {
+			snprintf(err, errlen, "machine \"%s\": %s", n, sub);
+			return -1;
+		}
+		ml->machine = xstrdup(n);
+		l->nmachines++;
+		if (parse_steps(cJSON_GetObjectItemCaseSensitive(m, "grader"), l,
+		                (int)l->nmachines - 1, sub, sizeof sub) < 0) {
+			snprintf(err, errlen, "machine \"%s\": %s", n, sub);
+			return -1;
 		}
 	}
+	return 0;
+}
+
+int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
+{
+	cJSON *o = cJSON_ParseWithLength(json, len);
+	memset(l, 0, sizeof *l);
+	if (!cJSON_IsObject(o)) {
+		snprintf(err, errlen, "not a JSON object");
+		cJSON_Delete(o);
+		return -1;
+	}
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(o, "machines");
+	int multi = ms && !cJSON_IsNull(ms);
+	/* the machines first (the lesson's grader steps name them), then the
+	 * lesson's own steps, which go first in the grade */
+	if (parse_obj(o, l, !multi, err, errlen) < 0)
+		goto fail;
+	if (parse_machines(o, l, err, errlen) < 0)
+		goto fail;
+	/* the machines' own steps were collected first: the lesson's go in front */
+	struct grader_step *mine = l->steps;
+	size_t nmine = l->nsteps;
+	l->steps = NULL;
+	l->nsteps = 0;
+	int rc = parse_steps(cJSON_GetObjectItemCaseSensitive(o, "grader"), l, -1, err, errlen);
+	if (nmine) {
+		l->steps = xrealloc(l->steps, (l->nsteps + nmine + 1) * sizeof *l->steps);
+		memcpy(l->steps + l->nsteps, mine, nmine * sizeof *mine);
+		l->nsteps += nmine;
+	}
+	free(mine);
+	if (rc < 0)
+		goto fail;
 	cJSON_Delete(o);
 	return 0;
 fail:
-	free(s);
 	cJSON_Delete(o);
 	lesson_free(l);
+	return -1;
+}
+
+size_t lesson_nmachines(const struct lesson *l)
+{
+	return l->nmachines ? l->nmachines : 1;
+}
+
+const struct lesson *lesson_machine(const struct lesson *l, size_t i)
+{
+	return l->nmachines ? &l->machines[i] : l;
+}
+
+int lesson_machine_index(const struct lesson *l, const char *name)
+{
+	if (!name || !*name)
+		return 0;
+	for (size_t i = 0; i < l->nmachines; i++)
+		if (strcmp(l->machines[i].machine, name) == 0)
+			return (int)i;
 	return -1;
 }
 
@@ -327,6 +494,10 @@ void lesson_free(struct lesson *l)
 		free(l->steps[i].name_ja);
 		free(l->steps[i].command);
 	}
+	for (size_t i = 0; i < l->nmachines; i++)
+		lesson_free(&l->machines[i]);
+	free(l->machines);
+	free(l->machine);
 	free(l->files);
 	free(l->steps);
 	free(l->id);

@@ -19,7 +19,12 @@ struct grader_step {
 	char *name_ja; /* "i18n": {"ja": {"name"}}, or NULL */
 	char *command; /* run with /bin/sh -c by the guest agent */
 	int timeout_s; /* 0 = the configured default */
+	int machine;   /* index into the lesson's machines (0 when it has none) */
 };
+
+/* A machine's name: a DNS-1123 label short enough for the VM name
+ * "lab-<32 hex>-<name>" to stay a label (63). */
+#define MACHINE_NAME_MAX 20
 
 struct lesson {
 	char *id;
@@ -43,7 +48,21 @@ struct lesson {
 	char *shell; /* pod lessons: the console's program (default /bin/bash, else /bin/sh) */
 	struct grader_step *steps;
 	size_t nsteps;
+	/* "machines": several VMs per session. Each entry is a whole lesson
+	 * (what the machine does not set comes from the lesson) with its name
+	 * in `machine`; its grader steps are the lesson's (steps[].machine says
+	 * where they run), so machines[i].steps is empty. A lesson without
+	 * "machines" is its own single machine (machine NULL). */
+	char *machine;
+	struct lesson *machines;
+	size_t nmachines;
 };
+
+/* How many VMs a session of this lesson has, and the i-th one's lesson. */
+size_t lesson_nmachines(const struct lesson *l);
+const struct lesson *lesson_machine(const struct lesson *l, size_t i);
+/* The index of machine `name` (NULL or "": the first), -1 when none. */
+int lesson_machine_index(const struct lesson *l, const char *name);
 
 struct lessons {
 	struct lesson *v;

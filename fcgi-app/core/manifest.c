@@ -23,6 +23,51 @@ void lab_names_from_session(struct lab_names *n, const char *session_id)
 	snprintf(n->files, sizeof n->files, "lab-%s-files", hex);
 }
 
+void lab_names_for_machine(struct lab_names *n, const char *session_id, const char *machine)
+{
+	lab_names_from_session(n, session_id);
+	if (!machine)
+		return;
+	snprintf(n->machine, sizeof n->machine, "%s", machine);
+	snprintf(n->network, sizeof n->network, "%.40s-net", n->vm);
+	/* "lab-" + 32 hex + "-" + at most MACHINE_NAME_MAX: a label (63) */
+	size_t len = strlen(n->vm);
+	snprintf(n->vm + len, sizeof n->vm - len, "-%s", machine);
+	snprintf(n->secret, sizeof n->secret, "%s-cloudinit", n->vm);
+	snprintf(n->disk, sizeof n->disk, "%s-disk", n->vm);
+}
+
+static unsigned hexbyte(const char *h)
+{
+	unsigned v = 0;
+	for (int i = 0; i < 2; i++) {
+		char ch = h[i];
+		v = v * 16 + (unsigned)(ch >= 'a'   ? ch - 'a' + 10
+		                        : ch >= 'A' ? ch - 'A' + 10
+		                                    : ch - '0');
+	}
+	return v;
+}
+
+void session_net_plan(const char *session_id, size_t i, struct machine_net *out)
+{
+	char hex[33];
+	size_t j = 0;
+	for (size_t k = 0; session_id[k] && j < 32; k++)
+		if (session_id[k] != '-')
+			hex[j++] = session_id[k];
+	while (j < 32)
+		hex[j++] = '0';
+	hex[32] = '\0';
+	/* the uuid's last bytes are random in a v4 uuid */
+	unsigned a = hexbyte(hex + 26) & 63, b = hexbyte(hex + 28);
+	snprintf(out->address, sizeof out->address, "10.%u.%u.%zu/24", 128 + a, b, 11 + i);
+	snprintf(out->mac_pod, sizeof out->mac_pod, "02:1a:%02x:%02x:%02x:%02zx", hexbyte(hex + 24),
+	         hexbyte(hex + 26), hexbyte(hex + 28), i & 0xff);
+	snprintf(out->mac_net, sizeof out->mac_net, "02:1b:%02x:%02x:%02x:%02zx", hexbyte(hex + 24),
+	         hexbyte(hex + 26), hexbyte(hex + 28), i & 0xff);
+}
+
 cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const char *lesson_id)
 {
 	cJSON *l = jx_obj();
@@ -30,6 +75,8 @@ cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const cha
 	jx_add_str(l, c->label.session_id, n->session_id);
 	jx_add_str(l, c->label.environment, c->environment);
 	jx_add_str(l, c->label.lesson, lesson_id);
+	if (n->machine[0])
+		jx_add_str(l, c->label.machine, n->machine);
 	return l;
 }
 
@@ -47,15 +94,68 @@ static cJSON *metadata(const struct cfg *c, const struct lab_names *n, const cha
 cJSON *manifest_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
                        const char *userdata)
 {
-	cJSON *s = jx_obj();
+	return manifest_secret_net(c, n, l, userdata, NULL);
+}
+
+cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                           const char *userdata, const char *networkdata)
+{
+	cJSON *s = jx_obj(), *data;
 	char *b64 = util_b64(userdata, strlen(userdata));
 	jx_add_str(s, "apiVersion", "v1");
 	jx_add_str(s, "kind", "Secret");
 	jx_put(s, "metadata", metadata(c, n, n->secret, c->namespace_, l->id));
 	jx_add_str(s, "type", "Opaque");
-	jx_add_str(jx_add_obj(s, "data"), "userdata", b64);
+	data = jx_add_obj(s, "data");
+	jx_add_str(data, "userdata", b64);
 	free(b64);
+	if (networkdata) {
+		b64 = util_b64(networkdata, strlen(networkdata));
+		jx_add_str(data, "networkdata", b64);
+		free(b64);
+	}
 	return s;
+}
+
+cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *lesson_id)
+{
+	cJSON *o = jx_obj(), *conf = jx_obj();
+	char bridge[16];
+	/* a Linux bridge name has at most 15 characters: "lvn" + 12 hex of the session */
+	snprintf(bridge, sizeof bridge, "lvn%.12s", n->network + 4);
+	jx_add_str(o, "apiVersion", "k8s.cni.cncf.io/v1");
+	jx_add_str(o, "kind", "NetworkAttachmentDefinition");
+	struct lab_names bare = *n;
+	bare.machine[0] = '\0'; /* the session's, not a machine's */
+	jx_put(o, "metadata", metadata(c, &bare, n->network, c->namespace_, lesson_id));
+	jx_add_str(conf, "cniVersion", "0.3.1");
+	jx_add_str(conf, "name", n->network);
+	jx_add_str(conf, "type", "bridge");
+	jx_add_str(conf, "bridge", bridge);
+	jx_add_obj(conf, "ipam");
+	char *text = jx_print(conf);
+	jx_add_str(jx_add_obj(o, "spec"), "config", text);
+	cJSON_free(text);
+	cJSON_Delete(conf);
+	return o;
+}
+
+char *manifest_network_data(const struct machine_net *m)
+{
+	cJSON *o = jx_obj(), *eths, *e;
+	jx_add_num(o, "version", 2);
+	eths = jx_add_obj(o, "ethernets");
+	e = jx_add_obj(eths, "pod");
+	jx_add_str(jx_add_obj(e, "match"), "macaddress", m->mac_pod);
+	jx_add_bool(e, "dhcp4", 1);
+	e = jx_add_obj(eths, "session");
+	jx_add_str(jx_add_obj(e, "match"), "macaddress", m->mac_net);
+	jx_push_str(jx_add_arr(e, "addresses"), m->address);
+	char *json = jx_print(o);
+	char *out = xstrdup(json);
+	cJSON_free(json);
+	cJSON_Delete(o);
+	return out;
 }
 
 /* {"name": name, "<key>": value} */
@@ -118,6 +218,12 @@ static cJSON *data_volume_template(const struct cfg *c, const struct lab_names *
 cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
                    enum lesson_disk disk)
 {
+	return manifest_vm_net(c, n, l, disk, NULL);
+}
+
+cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                       enum lesson_disk disk, const struct machine_net *m)
+{
 	cJSON *vm = jx_obj(), *spec, *tmpl, *tlabels, *tspec, *domain, *devices, *volumes, *ci;
 
 	jx_add_str(vm, "apiVersion", "kubevirt.io/v1");
@@ -140,8 +246,24 @@ cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct 
 	devices = jx_add_obj(domain, "devices");
 	jx_push(jx_add_arr(devices, "disks"), disk_device("rootdisk", 1));
 	jx_push(cJSON_GetObjectItem(devices, "disks"), disk_device("cloudinitdisk", 0));
-	jx_push(jx_add_arr(devices, "interfaces"), named("default", "masquerade", jx_obj()));
-	jx_push(jx_add_arr(tspec, "networks"), named("default", "pod", jx_obj()));
+	cJSON *ifs = jx_add_arr(devices, "interfaces");
+	cJSON *nets = jx_add_arr(tspec, "networks");
+	cJSON *iface = named("default", "masquerade", jx_obj());
+	jx_push(ifs, iface);
+	jx_push(nets, named("default", "pod", jx_obj()));
+	if (m && n->network[0]) {
+		/* the session network: a second interface, bridge binding, a fixed
+		 * MAC the network data matches */
+		jx_add_str(iface, "macAddress", m->mac_pod);
+		iface = named("session", "bridge", jx_obj());
+		jx_add_str(iface, "macAddress", m->mac_net);
+		jx_push(ifs, iface);
+		cJSON *mu = jx_obj();
+		jx_add_str(mu, "networkName", n->network);
+		jx_push(nets, named("session", "multus", mu));
+	}
+	if (n->machine[0])
+		jx_add_str(tspec, "hostname", n->machine);
 	/* lab VMs are disposable: no graceful shutdown wait when deleted */
 	jx_add_num(tspec, "terminationGracePeriodSeconds", 0);
 
@@ -149,6 +271,8 @@ cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct 
 	jx_push(volumes, root_volume(n, l, disk));
 	ci = jx_obj();
 	jx_add_str(jx_add_obj(ci, "secretRef"), "name", n->secret);
+	if (m && n->network[0])
+		jx_add_str(jx_add_obj(ci, "networkDataSecretRef"), "name", n->secret);
 	jx_push(volumes, named("cloudinitdisk", "cloudInitNoCloud", ci));
 	return vm;
 }

@@ -16,13 +16,44 @@
 struct lab_names {
 	char session_id[37];
 	char vm[64];     /* "lab-" + the session id without dashes */
-	char secret[64]; /* vm + "-cloudinit" */
-	char disk[64];   /* vm + "-disk" (DataVolume, disk source datavolume) */
-	char files[64];  /* vm + "-files" (a Pod's Secret: lab files and setup) */
+	char secret[96]; /* vm + "-cloudinit" */
+	char disk[96];   /* vm + "-disk" (DataVolume, disk source datavolume) */
+	char files[96];  /* vm + "-files" (a Pod's Secret: lab files and setup) */
+	/* a session of several machines: the machine's name (in the VM name,
+	 * its label and its hostname) and the session network's NAD */
+	char machine[MACHINE_NAME_MAX + 1];
+	char network[64]; /* "lab-" + hex + "-net" */
 };
 
 /* Names derived from a session id (a UUID). */
 void lab_names_from_session(struct lab_names *n, const char *session_id);
+/* The names of one machine of a multi-machine session: VM "lab-<hex>-<machine>". */
+void lab_names_for_machine(struct lab_names *n, const char *session_id, const char *machine);
+
+/* A machine's place on the session network. */
+struct machine_net {
+	char mac_pod[18]; /* the pod-network interface's MAC ("default") */
+	char mac_net[18]; /* the session-network interface's MAC ("session") */
+	char address[24]; /* its static address, CIDR */
+};
+
+/* The session network's addresses: 10.<128 + a>.<b>.0/24 from the session id
+ * (a different /24 per session, mostly), machine i at .(11 + i); the MACs
+ * are locally administered, from the session id and i. */
+void session_net_plan(const char *session_id, size_t i, struct machine_net *out);
+/* The session network: a NetworkAttachmentDefinition whose CNI config is a
+ * bridge private to the session, no IPAM (the guests' addresses come from
+ * cloud-init network data). */
+cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *lesson_id);
+/* cloud-init network data (version 2) for a machine: DHCP on the pod
+ * network, the static address on the session network; malloc'd. */
+char *manifest_network_data(const struct machine_net *m);
+/* The Secret with the network data as well (key networkdata), when given. */
+cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                           const char *userdata, const char *networkdata);
+/* The VirtualMachine of a machine on the session network (m NULL: as manifest_vm). */
+cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
+                       enum lesson_disk disk, const struct machine_net *m);
 
 cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const char *lesson_id);
 /* The cloud-init Secret; userdata is the whole document. */

@@ -16,7 +16,7 @@
 	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "     \
 	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "            \
 	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "      \
-	"extract(epoch from expires_at), extract(epoch from clock_timestamp())"
+	"extract(epoch from expires_at), extract(epoch from clock_timestamp()), network"
 
 static const char *const state_names[] = {
     [SESSION_STARTING] = "starting",
@@ -73,12 +73,21 @@ static double num(const PGresult *r, int c)
 }
 
 /* The session's VMs arrive with the row, as a JSON array of
- * [vm_name, secret_name, agent_token, ip, deleted] (one round trip per load:
- * every browser polls its session once a second). */
+ * [vm_name, secret_name, agent_token, ip, deleted, machine, stage, running_at,
+ * ready_at, epoch of running_at, disk_source, disk_fallback_reason, net_ip]
+ * (one round trip per load: every browser polls its session once a second). */
 #define SESSION_VMS                                                                                \
 	"(SELECT coalesce(json_agg(json_build_array(vm_name, secret_name, agent_token, ip, "       \
-	"deleted_at IS NOT NULL) ORDER BY created_at, vm_name), '[]') "                            \
+	"deleted_at IS NOT NULL, machine, stage, labvm_ts(running_at), labvm_ts(ready_at), "       \
+	"extract(epoch from running_at), disk_source, disk_fallback_reason, net_ip) "              \
+	"ORDER BY created_at, ord, vm_name), '[]') "                                               \
 	"FROM session_vms WHERE session_id = sessions.id)"
+
+static char *item_str(const cJSON *a, int i)
+{
+	const cJSON *v = cJSON_GetArrayItem(a, i);
+	return cJSON_IsString(v) ? xstrdup(v->valuestring) : NULL;
+}
 
 static int parse_vms(const char *json, struct session *s)
 {
@@ -101,6 +110,18 @@ static int parse_vms(const char *json, struct session *s)
 		v->token = xstrdup(f[2]->valuestring);
 		v->ip = cJSON_IsString(f[3]) ? xstrdup(f[3]->valuestring) : NULL;
 		v->deleted = cJSON_IsTrue(f[4]);
+		v->machine = item_str(it, 5);
+		char *stage = item_str(it, 6);
+		int st = session_stage_parse(stage);
+		v->stage = st < 0 ? STAGE_SUBMITTED : st;
+		free(stage);
+		v->running_at = item_str(it, 7);
+		v->ready_at = item_str(it, 8);
+		const cJSON *tr = cJSON_GetArrayItem(it, 9);
+		v->t_running = cJSON_IsNumber(tr) ? tr->valuedouble : 0;
+		v->disk_source = item_str(it, 10);
+		v->fallback_reason = item_str(it, 11);
+		v->net_ip = item_str(it, 12);
 	}
 	cJSON_Delete(a);
 	return 0;
@@ -143,7 +164,8 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	s->t_running = num(r, 22);
 	s->t_expires = num(r, 23);
 	s->t_now = num(r, 24);
-	int bad = parse_vms(db_val(r, 0, 25), s) < 0;
+	s->network = dup_or_null(r, 25);
+	int bad = parse_vms(db_val(r, 0, 26), s) < 0;
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	PQclear(r);
 	if (bad || unknown) {
@@ -196,9 +218,28 @@ void session_free(struct session *s)
 		free(s->vms[i].secret);
 		util_free_secret(s->vms[i].token);
 		free(s->vms[i].ip);
+		free(s->vms[i].machine);
+		free(s->vms[i].running_at);
+		free(s->vms[i].ready_at);
+		free(s->vms[i].disk_source);
+		free(s->vms[i].fallback_reason);
+		free(s->vms[i].net_ip);
 	}
 	free(s->vms);
+	free(s->network);
 	memset(s, 0, sizeof *s);
+}
+
+struct session_vm *session_vm_find(const struct session *s, const char *name)
+{
+	if (!s->nvms)
+		return NULL;
+	if (!name || !*name)
+		return &s->vms[0];
+	for (size_t i = 0; i < s->nvms; i++)
+		if (s->vms[i].machine && strcmp(s->vms[i].machine, name) == 0)
+			return &s->vms[i];
+	return NULL;
 }
 
 int session_active(const struct session *s)
@@ -220,8 +261,18 @@ cJSON *session_json(const struct session *s)
 	jx_add_str(disk, "fallback_reason", s->fallback_reason);
 	vms = jx_add_arr(o, "vms");
 	for (size_t i = 0; i < s->nvms; i++) {
+		const struct session_vm *m = &s->vms[i];
 		cJSON *v = jx_obj();
-		jx_add_str(v, "name", s->vms[i].name);
+		jx_add_str(v, "name", m->name);
+		jx_add_str(v, "machine", m->machine);
+		jx_add_str(v, "stage", session_stage_str((enum session_stage)m->stage));
+		jx_add_str(v, "running_at", m->running_at);
+		jx_add_str(v, "ready_at", m->ready_at);
+		cJSON *d = jx_add_obj(v, "disk");
+		jx_add_str(d, "source", m->disk_source);
+		jx_add_str(d, "fallback_reason", m->fallback_reason);
+		if (m->net_ip)
+			jx_add_str(jx_add_obj(v, "network"), "address", m->net_ip);
 		jx_push(vms, v);
 	}
 	jx_add_str(o, "created_at", s->created_at);
@@ -282,6 +333,19 @@ int session_delete_objects(struct labctx *x, struct session *s)
 			failed += !ok1 + !ok2;
 		}
 	}
+	/* the session network goes after its VMs (their deletion is under way) */
+	if (s->network) {
+		char *p = kube_path("network-attachment-definitions", c->namespace_, s->network);
+		if (kube_delete(&x->kube, p, "Background"))
+			log_info("session %s: deleted NetworkAttachmentDefinition %s", s->id,
+			         s->network);
+		else {
+			log_warn("session %s: deleting NetworkAttachmentDefinition %s failed: %s",
+			         s->id, s->network, x->kube.msg);
+			failed++;
+		}
+		free(p);
+	}
 	return failed;
 }
 
@@ -304,14 +368,25 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 	return reload(x, s);
 }
 
-static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Fail the session because of machine vm: the error names the stage (and,
+ * in a session of several machines, the machine). */
+static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
+                ...) __attribute__((format(printf, 4, 5)));
 
-static int fail(struct labctx *x, struct session *s, const char *fmt, ...)
+static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
+                ...)
 {
 	va_list ap;
 	char msg[1024];
-	int n = snprintf(msg, sizeof msg, "%s: ", session_stage_str(s->stage));
+	int n;
+	if (vm && vm->machine)
+		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
+		             session_stage_str((enum session_stage)vm->stage));
+	else
+		n = snprintf(msg, sizeof msg, "%s: ",
+		             session_stage_str(vm && vm->stage > (int)s->stage
+		                                   ? (enum session_stage)vm->stage
+		                                   : s->stage));
 	va_start(ap, fmt);
 	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
 	va_end(ap);
@@ -330,6 +405,19 @@ static void set_stage(struct labctx *x, struct session *s, enum session_stage st
 	s->stage = stage;
 }
 
+static void set_vm_stage(struct labctx *x, struct session *s, struct session_vm *vm,
+                         enum session_stage stage)
+{
+	const char *p[3] = {s->id, vm->name, session_stage_str(stage)};
+	if (vm->stage == (int)stage)
+		return;
+	db_cmd(&x->db,
+	       "UPDATE session_vms SET stage = $3 "
+	       "WHERE session_id = $1::uuid AND vm_name = $2 AND running_at IS NULL",
+	       3, p);
+	vm->stage = stage;
+}
+
 /* Why a VM is not running, for the error message: VM printableStatus. */
 static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
 {
@@ -342,45 +430,66 @@ static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
 	free(path);
 }
 
-static int advance_running(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
+/* What a look at one machine did. */
+enum look { LOOK_DBERR = -1, LOOK_SAME = 0, LOOK_FAILED = 1, LOOK_MOVED = 2 };
+
+/* The pod-network address of a VMI: the interface named "default" (the
+ * session network's comes second). */
+static const char *vmi_ip(const cJSON *vmi)
+{
+	const cJSON *ifs = kj_get(vmi, "status.interfaces"), *it;
+	cJSON_ArrayForEach(it, ifs)
+	{
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "name");
+		const cJSON *ip = cJSON_GetObjectItemCaseSensitive(it, "ipAddress");
+		if (cJSON_IsString(n) && strcmp(n->valuestring, "default") == 0 &&
+		    cJSON_IsString(ip))
+			return ip->valuestring;
+	}
+	return kj_str(vmi, "status.interfaces.0.ipAddress");
+}
+
+static enum look advance_running(struct labctx *x, struct session *s, struct session_vm *vm,
+                                 int overdue)
 {
 	char *path = kube_path("virtualmachineinstances", x->cfg->namespace_, vm->name);
 	cJSON *vmi = NULL;
 	long code = kube_get(&x->kube, path, &vmi);
 	const char *phase = code == 200 ? kj_str(vmi, "status.phase") : NULL;
-	int rc = 0;
+	enum look rc = LOOK_SAME;
 
 	free(path);
 	if (phase && strcmp(phase, "Running") == 0) {
-		const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
-		const char *p[3] = {s->id, ip, vm->name};
-		if (db_cmd(
-		        &x->db,
-		        "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
-		        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
-		        1, p) < 0 ||
-		    (ip && db_cmd(&x->db,
-		                  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
-		                  "AND vm_name = $3",
-		                  3, p) < 0))
-			rc = -1;
+		const char *ip = vmi_ip(vmi);
+		const char *p[3] = {s->id, vm->name, ip};
+		if (db_cmd(&x->db,
+		           "UPDATE session_vms SET running_at = clock_timestamp(), "
+		           "stage = 'setting_up', ip = coalesce($3, ip) "
+		           "WHERE session_id = $1::uuid AND vm_name = $2 AND running_at IS NULL",
+		           3, p) < 0)
+			rc = LOOK_DBERR;
 		else
-			rc = reload(x, s);
+			rc = LOOK_MOVED;
 	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
-		rc = fail(x, s, "the VM stopped before the lab was ready (VMI phase %s)", phase);
+		rc = fail(x, s, vm, "the VM stopped before the lab was ready (VMI phase %s)",
+		          phase) < 0
+		         ? LOOK_DBERR
+		         : LOOK_FAILED;
 	} else {
 		if (code == 404 || (phase && strcmp(phase, "Scheduled") != 0) ||
 		    (code == 200 && !phase))
-			set_stage(x, s, STAGE_SCHEDULING);
+			set_vm_stage(x, s, vm, STAGE_SCHEDULING);
 		else if (phase)
-			set_stage(x, s, STAGE_BOOTING);
+			set_vm_stage(x, s, vm, STAGE_BOOTING);
 		/* else the cluster did not answer: keep the stage, the deadline still counts */
 		if (overdue) {
 			char st[128];
 			vm_status(x, vm->name, st, sizeof st);
-			rc = fail(x, s,
+			rc = fail(x, s, vm,
 			          "the VM was not running within %d s (VMI phase %s, VM status %s)",
-			          s->running_timeout_s, phase ? phase : "none", st);
+			          s->running_timeout_s, phase ? phase : "none", st) < 0
+			         ? LOOK_DBERR
+			         : LOOK_FAILED;
 		}
 	}
 	cJSON_Delete(vmi);
@@ -393,19 +502,20 @@ static const char *detail_str(const cJSON *d, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int advance_ready(struct labctx *x, struct session *s, struct session_vm *vm, int overdue)
+static enum look advance_ready(struct labctx *x, struct session *s, struct session_vm *vm,
+                               int overdue)
 {
 	const struct cfg *c = x->cfg;
 	cJSON *detail = NULL;
 	enum agent_ready r = AGENT_UNREACHABLE;
-	int rc = 0;
+	enum look rc = LOOK_SAME;
 
 	if (!vm->ip) {
 		/* Running was seen before the VMI reported its address: ask again */
 		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
 		cJSON *vmi = NULL;
 		if (kube_get(&x->kube, path, &vmi) == 200) {
-			const char *ip = kj_str(vmi, "status.interfaces.0.ipAddress");
+			const char *ip = vmi_ip(vmi);
 			if (ip) {
 				const char *p[3] = {s->id, ip, vm->name};
 				db_cmd(&x->db,
@@ -422,31 +532,34 @@ static int advance_ready(struct labctx *x, struct session *s, struct session_vm 
 		r = agent_ready(&x->agent, vm->ip, c->agent_port, vm->token,
 		                c->agent_ready_timeout_ms, &detail);
 	if (r == AGENT_READY) {
-		const char *p[1] = {s->id};
+		const char *p[2] = {s->id, vm->name};
 		rc = db_cmd(&x->db,
-		            "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
-		            "stage = 'ready', "
-		            /* the lesson's minutes count from the moment the lab is usable */
-		            "expires_at = clock_timestamp() + (expires_at - created_at) "
-		            "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
-		            1, p);
-		if (rc == 0)
-			rc = reload(x, s);
+		            "UPDATE session_vms SET ready_at = clock_timestamp(), stage = 'ready' "
+		            "WHERE session_id = $1::uuid AND vm_name = $2 AND ready_at IS NULL",
+		            2, p) < 0
+		         ? LOOK_DBERR
+		         : LOOK_MOVED;
 		goto out;
 	}
 	const char *st = detail_str(detail, "state");
 	const char *tail = detail_str(detail, "log_tail");
 	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(detail, "exit_code");
+	int frc = 0;
 	if (st && strcmp(st, "setup_failed") == 0) {
 		/* the guest says so: no point in waiting for the deadline */
-		rc = fail(x, s, "the lab setup failed with exit code %d%s%s",
-		          cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
-		          tail ? tail : "");
+		frc = fail(x, s, vm, "the lab setup failed with exit code %d%s%s",
+		           cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
+		           tail ? tail : "");
+		rc = LOOK_FAILED;
 	} else if (overdue) {
-		rc = fail(x, s, "the lab was not ready %d s after the VM started (agent: %s)%s%s",
-		          s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
-		          tail && *tail ? ": " : "", tail ? tail : "");
+		frc = fail(x, s, vm,
+		           "the lab was not ready %d s after the VM started (agent: %s)%s%s",
+		           s->ready_timeout_s, st ? st : (vm->ip ? x->agent.msg : "no address yet"),
+		           tail && *tail ? ": " : "", tail ? tail : "");
+		rc = LOOK_FAILED;
 	}
+	if (frc < 0)
+		rc = LOOK_DBERR;
 out:
 	cJSON_Delete(detail);
 	return rc;
@@ -524,13 +637,13 @@ static int pod_failed(struct labctx *x, struct session *s, const cJSON *pod)
 	if (which && strcmp(which, "terminated") == 0 && cJSON_IsNumber(ec) && ec->valueint != 0) {
 		const char *msg = kj_str(st, "message");
 		set_stage(x, s, STAGE_SETTING_UP); /* it ran: what failed was the setup */
-		return fail(x, s, "the lab setup failed with exit code %d%s%s", ec->valueint,
+		return fail(x, s, NULL, "the lab setup failed with exit code %d%s%s", ec->valueint,
 		            msg && *msg ? ": " : "", msg ? msg : "");
 	}
 	char why[1024];
 	if (!session_pod_ended(pod, why, sizeof why))
 		snprintf(why, sizeof why, "the Pod stopped");
-	return fail(x, s, "%s", why);
+	return fail(x, s, NULL, "%s", why);
 }
 
 static int get_pod(struct labctx *x, const char *name, cJSON **pod)
@@ -553,7 +666,7 @@ static int advance_running_pod(struct labctx *x, struct session *s, struct sessi
 	int rc = 0;
 
 	if (code == 404) {
-		rc = fail(x, s, "the Pod %s disappeared from the cluster", vm->name);
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
 	} else if (phase && strcmp(phase, "Running") == 0) {
 		const char *ip = kj_str(pod, "status.podIP");
 		const char *p[3] = {s->id, ip, vm->name};
@@ -578,7 +691,7 @@ static int advance_running_pod(struct labctx *x, struct session *s, struct sessi
 		/* the kubelet could not pull the lesson's image: say so now */
 		const char *msg = kj_str(st, "message");
 		set_stage(x, s, STAGE_BOOTING);
-		rc = fail(x, s, "the image could not be pulled (%s%s%s)", wreason,
+		rc = fail(x, s, NULL, "the image could not be pulled (%s%s%s)", wreason,
 		          msg && *msg ? ": " : "", msg ? msg : "");
 	} else {
 		const cJSON *sched = code == 200 ? pod_condition(pod, "PodScheduled") : NULL;
@@ -588,13 +701,13 @@ static int advance_running_pod(struct labctx *x, struct session *s, struct sessi
 			set_stage(x, s, scheduled ? STAGE_BOOTING : STAGE_SCHEDULING);
 		if (overdue) {
 			if (code == 200 && !scheduled)
-				rc = fail(x, s, "the Pod was not scheduled within %d s (%s%s%s)",
+				rc = fail(x, s, NULL, "the Pod was not scheduled within %d s (%s%s%s)",
 				          s->running_timeout_s,
 				          kj_str(sched, "reason") ? kj_str(sched, "reason") : "pending",
 				          kj_str(sched, "message") ? ": " : "",
 				          kj_str(sched, "message") ? kj_str(sched, "message") : "");
 			else
-				rc = fail(x, s, "the Pod was not running within %d s (container %s)",
+				rc = fail(x, s, NULL, "the Pod was not running within %d s (container %s)",
 				          s->running_timeout_s,
 				          wreason ? wreason : (code == 200 ? "not started" : x->kube.msg));
 		}
@@ -613,7 +726,7 @@ static int advance_ready_pod(struct labctx *x, struct session *s, struct session
 	int rc = 0;
 
 	if (code == 404) {
-		rc = fail(x, s, "the Pod %s disappeared from the cluster", vm->name);
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
 	} else if (phase && strcmp(phase, "Running") == 0 && ready && strcmp(ready, "True") == 0) {
 		const char *p[1] = {s->id};
 		rc = db_cmd(&x->db,
@@ -627,7 +740,7 @@ static int advance_ready_pod(struct labctx *x, struct session *s, struct session
 	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
 		rc = pod_failed(x, s, pod);
 	} else if (overdue) {
-		rc = fail(x, s, "the lab was not ready %d s after the Pod started (Ready %s)",
+		rc = fail(x, s, NULL, "the lab was not ready %d s after the Pod started (Ready %s)",
 		          s->ready_timeout_s, ready ? ready : (code == 200 ? "unknown" : x->kube.msg));
 	}
 	cJSON_Delete(pod);
@@ -661,6 +774,90 @@ struct session_due session_due(const struct session *s, double now)
 	return d;
 }
 
+/* Every machine of a starting session on by one look (the Running phase,
+ * then the ready flag; a machine that just runs gets its first look for the
+ * flag at once), then the session's own stage and times: running when every
+ * machine runs, ready when every machine is. Each machine has its deadlines:
+ * Running within running_timeout_s of the submission, the ready flag within
+ * ready_timeout_s of its own Running; the first machine to miss one fails
+ * the session, naming it. */
+static int advance_machines(struct labctx *x, struct session *s)
+{
+	double now = s->t_now;
+	int moved = 0;
+
+	for (size_t i = 0; i < s->nvms; i++) {
+		struct session_vm *vm = &s->vms[i];
+		enum look rc;
+		if (vm->deleted || vm->ready_at)
+			continue;
+		/* a row from before per-machine readiness: the session's times are its own */
+		int running = vm->running_at || (s->nvms == 1 && s->running_at);
+		double t_running = vm->t_running ? vm->t_running : s->t_running;
+		if (!running) {
+			int overdue =
+			    s->t_submitted > 0 && now > s->t_submitted + s->running_timeout_s;
+			rc = advance_running(x, s, vm, overdue);
+			if (rc == LOOK_DBERR)
+				return -1;
+			if (rc == LOOK_FAILED)
+				return 0; /* finished and reloaded */
+			if (rc != LOOK_MOVED)
+				continue;
+			moved = 1;
+			running = 1;
+			t_running = now;
+		}
+		rc = advance_ready(x, s, vm, t_running > 0 && now > t_running + s->ready_timeout_s);
+		if (rc == LOOK_DBERR)
+			return -1;
+		if (rc == LOOK_FAILED)
+			return 0;
+		moved |= rc == LOOK_MOVED;
+	}
+	if (moved && reload(x, s) < 0)
+		return -1;
+
+	int all_running = s->nvms > 0, all_ready = s->nvms > 0;
+	enum session_stage least = STAGE_READY;
+	for (size_t i = 0; i < s->nvms; i++) {
+		const struct session_vm *vm = &s->vms[i];
+		int running = vm->running_at || (s->nvms == 1 && s->running_at);
+		all_running &= running;
+		all_ready &= vm->ready_at != NULL;
+		if (!running && (enum session_stage)vm->stage < least)
+			least = (enum session_stage)vm->stage;
+	}
+	const char *p[1] = {s->id};
+	if (all_ready) {
+		if (db_cmd(
+		        &x->db,
+		        "UPDATE sessions SET running_at = coalesce(running_at, clock_timestamp()), "
+		        "ready_at = clock_timestamp(), state = 'ready', stage = 'ready', "
+		        /* the lesson's minutes count from the moment the lab is usable */
+		        "expires_at = clock_timestamp() + (expires_at - created_at) "
+		        "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+		        1, p) < 0)
+			return -1;
+		return reload(x, s);
+	}
+	if (all_running) {
+		if (!s->running_at) {
+			if (db_cmd(
+			        &x->db,
+			        "UPDATE sessions SET running_at = clock_timestamp(), "
+			        "stage = 'setting_up' "
+			        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+			        1, p) < 0)
+				return -1;
+			return reload(x, s);
+		}
+		return 0;
+	}
+	set_stage(x, s, least);
+	return 0;
+}
+
 int session_advance(struct labctx *x, struct session *s)
 {
 	struct session_due d = session_due(s, s->t_now);
@@ -670,20 +867,22 @@ int session_advance(struct labctx *x, struct session *s)
 	case DUE_EXPIRE:
 		return session_finish(x, s, SESSION_ENDED, "expired", NULL);
 	case DUE_NO_VM:
-		return fail(x, s, "the session has no VM");
+		return fail(x, s, NULL, "the session has no VM");
 	case DUE_RUNNING:
-		if ((s->runtime == RUNTIME_POD ? advance_running_pod(x, s, &s->vms[0], d.overdue)
-		                               : advance_running(x, s, &s->vms[0], d.overdue)) < 0)
-			return -1;
-		/* Running just now (s was reloaded): look for the ready flag at once */
-		d = session_due(s, s->t_now);
-		if (d.what != DUE_READY)
-			return 0;
+		if (s->runtime == RUNTIME_POD) {
+			/* one Pod: its phase, then its Ready condition (the kubelet's probe) */
+			if (advance_running_pod(x, s, &s->vms[0], d.overdue) < 0)
+				return -1;
+			d = session_due(s, s->t_now); /* Running just now: look for Ready at once */
+			if (d.what != DUE_READY)
+				return 0;
+			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
+		}
 		/* fall through */
 	case DUE_READY:
 		if (s->runtime == RUNTIME_POD)
 			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
-		return advance_ready(x, s, &s->vms[0], d.overdue);
+		return advance_machines(x, s);
 	}
 	return 0;
 }

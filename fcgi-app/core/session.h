@@ -30,6 +30,13 @@ struct session_vm {
 	char *token; /* agent bearer token: secret, never in JSON or logs */
 	char *ip;
 	int deleted;
+	/* per machine (sql/005_machines.sql) */
+	char *machine; /* the lesson's machine name; NULL for a single-machine lesson */
+	int stage;     /* enum session_stage */
+	char *running_at, *ready_at;
+	double t_running; /* epoch seconds, 0 when unset */
+	char *disk_source, *fallback_reason;
+	char *net_ip; /* address on the session network (CIDR), NULL without one */
 };
 
 /* The closed sets of sql/001_sessions.sql, parsed once when a row is loaded. */
@@ -53,7 +60,11 @@ struct session {
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
 	size_t nvms;
+	char *network; /* the session's NetworkAttachmentDefinition, NULL when none */
 };
+
+/* The VM of machine `name` (NULL or "": the first); NULL when none. */
+struct session_vm *session_vm_find(const struct session *s, const char *name);
 
 enum { SESSION_FOUND = 0, SESSION_NONE = 1, SESSION_DBERR = -1 };
 

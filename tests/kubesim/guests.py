@@ -169,9 +169,13 @@ class ProcessGuest:
     kind = "process"
 
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
-                 boot_delay=0.0, env=None, hostname=None, log=None, hide=(), net=None):
+                 boot_delay=0.0, env=None, hostname=None, log=None, hide=(), net=None,
+                 session_nets=(), sessnets=None):
         self.name = name
         self.net = net            # podnet.PodNetwork: the guest gets its own network namespace
+        # Multus secondary networks (sessnet.py): eth1, ... on a bridge per NAD
+        self.session_nets = list(session_nets) if net and sessnets else []
+        self.sessnets = sessnets
         self.workdir = workdir
         self.userdata = userdata
         self.ip = ip
@@ -245,6 +249,9 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                 if not pid:
                     raise GuestError("no init process")
                 self.net.attach(pid, self.ip, self)
+                for s in self.session_nets:
+                    self.sessnets.attach(pid, s["key"], s["bridge"], s["ifname"], s["mac"],
+                                         s["addresses"], self)
             except Exception as e:  # noqa: BLE001
                 self.stop()
                 raise GuestError(f"guest {self.name}: no network: {e}") from None
@@ -530,6 +537,8 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         self.master = None
         if self.net:
             self.net.detach(self.ip, self)
+        if self.session_nets:
+            self.sessnets.detach(self)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ---------------------------------------------------------------- stats

@@ -46,7 +46,10 @@ class SchemaError:
 
 
 class Swagger:
-    def __init__(self, path):
+    def __init__(self, path, defs=None):
+        if defs is not None:
+            self.defs = defs
+            return
         with open(path) as f:
             self.defs = json.load(f)["definitions"]
 
@@ -135,6 +138,8 @@ class Validator:
         self.kv = Swagger(os.path.join(ref, "kubevirt-swagger.json")) if ref else None
         self.cdi = Swagger(os.path.join(ref, "cdi-swagger.json")) if ref else None
         self.models = Models()
+        import multus
+        self.multus = Swagger(None, multus.NAD_DEFS)
         p = os.path.join(ref, "k8s-networking.k8s.io-v1-openapi.json") if ref else None
         self.net = OpenAPI3(p) if p and os.path.exists(p) else None
 
@@ -143,8 +148,8 @@ class Validator:
         """Errors (list of SchemaError) of obj against res's schema."""
         errs = []
         if res.schema:
-            sw = {"cdi.kubevirt.io": self.cdi, "networking.k8s.io": self.net}.get(res.group,
-                                                                                 self.kv)
+            sw = {"cdi.kubevirt.io": self.cdi, "networking.k8s.io": self.net,
+                  "k8s.cni.cncf.io": self.multus}.get(res.group, self.kv)
             if sw is None:
                 return errs
             self._sw(sw, sw.root(res.schema), obj, "", errs)

@@ -123,8 +123,9 @@ class Api:
     def grade(self, sid):
         return self.request("POST", f"/api/sessions/{sid}/grade", {})
 
-    def ticket(self, sid):
-        return self.request("POST", f"/api/sessions/{sid}/console-ticket", {})
+    def ticket(self, sid, machine=None):
+        return self.request("POST", f"/api/sessions/{sid}/console-ticket",
+                            {"machine": machine} if machine else {})
 
     def wait_state(self, sid, states=("ready",), timeout=60, interval=0.2):
         """Poll GET /api/sessions/{sid} (which advances readiness) until its
@@ -192,7 +193,8 @@ class Kube:
     def path(kind, ns=None, name=None):
         group = {"virtualmachines": "/apis/kubevirt.io/v1",
                  "virtualmachineinstances": "/apis/kubevirt.io/v1",
-                 "datavolumes": "/apis/cdi.kubevirt.io/v1beta1"}.get(kind, "/api/v1")
+                 "datavolumes": "/apis/cdi.kubevirt.io/v1beta1",
+                 "network-attachment-definitions": "/apis/k8s.cni.cncf.io/v1"}.get(kind, "/api/v1")
         p = f"{group}/namespaces/{ns}/{kind}" if ns else f"{group}/{kind}"
         return f"{p}/{name}" if name else p
 

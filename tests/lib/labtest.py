@@ -18,7 +18,7 @@ def reset_world(kube=None, db=None):
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
-    for kind in ("virtualmachines", "secrets", "pods"):
+    for kind in ("virtualmachines", "secrets", "network-attachment-definitions", "pods"):
         # lab Pods; a VM's launcher pod goes with its VM
         sel = f"{PREFIX}/lab-session=true" + (",!kubevirt.io" if kind == "pods" else "")
         for o in kube.list(kind, sel):

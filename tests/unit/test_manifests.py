@@ -47,7 +47,8 @@ def resource_of(obj):
     return resources.BY_KIND[(group, obj["kind"])]
 
 
-objs = [d for d in docs if d.get("kind") in ("VirtualMachine", "Secret", "Pod")]
+objs = [d for d in docs if d.get("kind") in ("VirtualMachine", "Secret", "Pod",
+                                              "NetworkAttachmentDefinition")]
 pods = [d for d in docs if d.get("kind") == "Pod"]
 cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
 
@@ -55,8 +56,9 @@ cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
 @t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets, Pods) validate strictly")
 def manifests_validate():
     t.require(len(objs) >= 10, f"enough manifests produced: {len(objs)}")
-    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret", "Pod"},
-         "VMs, Secrets and (pod lessons) Pods",
+    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret", "Pod",
+                                       "NetworkAttachmentDefinition"},
+         "VMs, Secrets, the session network's NAD and (pod lessons) Pods",
          {o["kind"] for o in objs})
     kinds = {(o["kind"], next((vol for vol in o.get("spec", {}).get("template", {}).get("spec", {})
                                .get("volumes", []) if vol["name"] == "rootdisk"), {}).keys()
@@ -114,7 +116,57 @@ def no_inline():
         if o["kind"] != "VirtualMachine":
             continue
         ci = [vol for vol in o["spec"]["template"]["spec"]["volumes"] if "cloudInitNoCloud" in vol]
-        t.eq([list(c["cloudInitNoCloud"]) for c in ci], [["secretRef"]], o["metadata"]["name"])
+        multi = "labvm.io/machine" in o["metadata"]["labels"]
+        t.eq([list(c["cloudInitNoCloud"]) for c in ci],
+             [["secretRef", "networkDataSecretRef"] if multi else ["secretRef"]],
+             o["metadata"]["name"])
+
+
+@t.test(name="a session of several machines: one NAD (a private bridge), each VM on it")
+def session_network():
+    nads = [o for o in objs if o["kind"] == "NetworkAttachmentDefinition"]
+    t.ok(nads, "a NetworkAttachmentDefinition is produced")
+    for nad in nads:
+        conf = json.loads(nad["spec"]["config"])
+        t.eq((conf["type"], conf["name"]), ("bridge", nad["metadata"]["name"]),
+             "a bridge CNI config named after the NAD")
+        t.ok(len(conf["bridge"]) <= 15, "the bridge name fits a Linux interface name",
+             conf["bridge"])
+        t.ok("labvm.io/machine" not in nad["metadata"]["labels"]
+             and nad["metadata"]["labels"]["labvm.io/lab-session"] == "true",
+             "labelled like the session's objects (no machine label)")
+        bad = json.loads(json.dumps(nad))
+        bad["spec"]["bridge"] = "x"
+        t.ok(v.validate(resource_of(bad), bad), "an unknown spec field is an error")
+        bad["spec"] = {"config": {"type": "bridge"}}
+        t.ok(v.validate(resource_of(bad), bad), "a config that is not a string is an error")
+    vms = [o for o in objs if o["kind"] == "VirtualMachine" and
+           "labvm.io/machine" in o["metadata"]["labels"]]
+    t.ok(len(vms) >= 3, "machines' VMs", len(vms))
+    for vm in vms:
+        spec = vm["spec"]["template"]["spec"]
+        m = vm["metadata"]["labels"]["labvm.io/machine"]
+        t.eq(vm["spec"]["template"]["metadata"]["labels"]["labvm.io/machine"], m,
+             "the machine label reaches the VMI")
+        t.eq(vm["metadata"]["name"].rsplit("-", 1)[-1] if m.count("-") == 0 else m, m,
+             "the VM's name ends in the machine's")
+        t.eq(spec["hostname"], m, "hostname is the machine's name")
+        nets = {n["name"]: n for n in spec["networks"]}
+        ifs = {i["name"]: i for i in spec["domain"]["devices"]["interfaces"]}
+        t.eq(sorted(nets), ["default", "session"], "pod network and session network")
+        t.eq(nets["session"]["multus"]["networkName"], nads[0]["metadata"]["name"],
+             "the session network is the NAD")
+        t.ok("bridge" in ifs["session"] and "masquerade" in ifs["default"],
+             "bridge binding on the session network, masquerade on the pod network")
+    nd = [d for d in cfgs if d.get("networkdata")]
+    for d in nd:
+        n = yaml.safe_load(d["networkdata"])
+        t.eq(n["version"], 2, f"{d['machine']}: network config version 2")
+        addrs = [a for e in n["ethernets"].values() for a in e.get("addresses", [])]
+        t.eq(len(addrs), 1, f"{d['machine']}: one static address", addrs)
+        run = [" ".join(c) for c in yaml.safe_load(d["userdata"])["runcmd"]]
+        t.ok("/etc/hosts" in run[0] and "worker1" in run[0],
+             f"{d['machine']}: the session's names go to /etc/hosts before the setup", run[0])
 
 
 CLOUD_INIT_KEYS = {"bootcmd", "write_files", "runcmd"}
@@ -127,7 +179,8 @@ def cloud_configs():
                         for n in os.listdir(os.path.join(SRC, d)) if n.endswith(".json")
                         and json.load(open(os.path.join(SRC, d, n))).get("runtime", "vm") == "vm")
     t.require(len(vm_lessons) >= 9, f"the VM lessons are found: {vm_lessons}")
-    t.eq(sorted(d["lesson"] for d in cfgs), vm_lessons, "one cloud-config per VM lesson, each checked")
+    t.eq(sorted({d["lesson"] for d in cfgs}), vm_lessons,
+         "a cloud-config for every VM lesson (one per machine), each checked")
     agent = open(os.path.join(SRC, "fcgi-app", "guest", "agent.py")).read()
     for d in cfgs:
         ud = d["userdata"]
@@ -139,8 +192,12 @@ def cloud_configs():
         t.eq(set(cc), CLOUD_INIT_KEYS, f"{d['lesson']}: only modules cloud-init runs")
         files = cc["write_files"]
         paths = [f["path"] for f in files]
+        lfiles = lesson.get("files", [])
+        if d.get("machine"):
+            m = next(m for m in lesson["machines"] if m["name"] == d["machine"])
+            lfiles = m.get("files", lfiles)
         want = (["/opt/labvm/agent.py", "/etc/labvm/agent-token"]
-                + [f["path"] for f in lesson.get("files", [])] + ["/opt/labvm/setup.sh"])
+                + [f["path"] for f in lfiles] + ["/opt/labvm/setup.sh"])
         t.eq(paths, want, f"{d['lesson']}: write_files order")
         t.eq(files[0]["content"], agent, f"{d['lesson']}: the agent is embedded verbatim")
         t.eq(files[1]["permissions"], "0600", f"{d['lesson']}: token file mode")

@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 	c.label.environment = "labvm.io/environment";
 	c.label.lesson = "labvm.io/lesson";
 	c.label.image = "labvm.io/image";
+	c.label.machine = "labvm.io/machine";
 	if (lessons_load(argv[1], &ls, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
@@ -52,6 +53,35 @@ int main(int argc, char **argv)
 		if (l->runtime == RUNTIME_POD) {
 			emit(manifest_pod_secret(&c, &n, l));
 			emit(manifest_pod(&c, &n, l));
+			continue;
+		}
+		if (l->nmachines) {
+			/* a session of several machines: the NAD, then each machine's
+			 * cloud-config (with /etc/hosts), Secret (with network data), VM */
+			const char *sid = "0b7e6c1a-8d3c-4c41-9a55-3f0b7a1c2d3e";
+			struct lab_names mn;
+			lab_names_for_machine(&mn, sid, l->machines[0].machine);
+			emit(manifest_nad(&c, &mn, l->id));
+			for (size_t j = 0; j < l->nmachines; j++) {
+				const struct lesson *m = &l->machines[j];
+				struct machine_net net;
+				lab_names_for_machine(&mn, sid, m->machine);
+				session_net_plan(sid, j, &net);
+				char *ud = cloudinit_build_hosts(
+				    m, "tok3n-for-the-test", "10.1.2.11 cp\n10.1.2.12 worker1\n");
+				char *nd = manifest_network_data(&net);
+				cJSON *doc = jx_obj();
+				jx_add_str(doc, "kind", "cloud-config");
+				jx_add_str(doc, "lesson", l->id);
+				jx_add_str(doc, "machine", m->machine);
+				jx_add_str(doc, "userdata", ud);
+				jx_add_str(doc, "networkdata", nd);
+				emit(doc);
+				emit(manifest_secret_net(&c, &mn, l, ud, nd));
+				free(ud);
+				free(nd);
+				emit(manifest_vm_net(&c, &mn, m, m->disk, &net));
+			}
 			continue;
 		}
 		char *ud = cloudinit_build(l, "tok3n-for-the-test");

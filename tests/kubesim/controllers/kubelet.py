@@ -7,6 +7,7 @@ IP). A pod being deleted goes once the guest behind it is down and the
 profile's pod_terminate has passed; one never bound goes at once."""
 import time
 
+import multus
 import util
 from util import dig
 
@@ -146,6 +147,10 @@ class Kubelet(Controller):
                     return
         if has_pvc and not self.ready(uid, "attach", "volume_attach"):
             return
+        # the pod sandbox: CNI ADD through Multus, every attachment's NAD must exist
+        attached = self._multus(pod, retry)
+        if attached is None:
+            return
         # images
         for c in dig(pod, "spec", "containers") or []:
             img = c.get("image") or ""
@@ -203,12 +208,52 @@ class Kubelet(Controller):
             ip = self.ipam.alloc()
             if vmi_uid:
                 self.ips[vmi_uid] = ip
+        if multus.pod_networks(pod):
+            n = util.deep(pod)
+            mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(bytes.fromhex(uid.replace("-", "")[:8]))
+            n["metadata"].setdefault("annotations", {})[multus.STATUS_ANNOTATION] = \
+                multus.network_status(ip, mac, attached)
+            pod = self.api.sys_update("pods", n) or pod
         self._pod_status(pod, phase="Running", podIP=ip, podIPs=[{"ip": ip}],
                          containerStatuses=self._container_statuses(
                              pod, {"running": {"startedAt": util.now_rfc3339()}}, True, True),
                          conditions=[cond("Initialized", "True"), cond("ContainersReady", "True"),
                                      cond("Ready", "True")])
         self.api.event(pod, "Normal", "Started", "Started container compute", "kubelet")
+
+    def _multus(self, pod, retry):
+        """The pod's secondary attachments ([] without any), or None while the
+        sandbox cannot be created (FailedCreatePodSandBox, retried)."""
+        md = pod["metadata"]
+        out = []
+        for i, e in enumerate(multus.pod_networks(pod)):
+            ns = e.get("namespace") or md.get("namespace")
+            name = e.get("name") or ""
+            nad = self.store.get("network-attachment-definitions", ns, name)
+            why = None
+            if nad is None:
+                why = multus.missing_error(pod, name, ns)
+            else:
+                conf, err = multus.cni_config(nad)
+                if err:
+                    why = (f"Failed to create pod sandbox: rpc error: code = Unknown desc = "
+                           f"failed to create pod network sandbox: [{md.get('namespace')}/"
+                           f"{md['name']}:{name}]: {err}")
+            if why:
+                k = (md["uid"], "sandbox-retry")
+                if self.due.get(k, 0) <= time.monotonic():
+                    self.api.event(pod, "Warning", "FailedCreatePodSandBox", why[:1000],
+                                   "kubelet")
+                    self._pod_status(pod, containerStatuses=self._container_statuses(
+                        pod, {"waiting": {"reason": "ContainerCreating"}}))
+                    self.due[k] = time.monotonic() + retry
+                return None
+            mac = e.get("mac") or "0a:58:%02x:%02x:%02x:%02x" % (
+                i + 1, *bytes.fromhex(md["uid"].replace("-", "")[:6]))
+            out.append({"name": f"{ns}/{name}", "interface": e.get("interface") or f"net{i + 1}",
+                        "mac": mac.lower(), "ips": multus.static_ips(conf),
+                        "bridge": multus.bridge_name(conf, nad), "nad_uid": nad["metadata"]["uid"]})
+        return out
 
     def _attached_elsewhere(self, pvc, node, my_uid):
         ns, name = pvc["metadata"].get("namespace"), pvc["metadata"]["name"]

@@ -50,6 +50,10 @@ class Sim:
         self.guest_net = self._guest_net(args.guest_net, args.port)
         # the pod network (podnet.py): every guest has its own network namespace on it
         self.podnet = PodNetwork(args.port, args.pod_cidr, log=self.log)
+        # Multus session networks (sessnet.py): a bridge per NAD, veths into guests
+        from guests import spawner
+        from sessnet import SessionNetworks
+        self.sessnets = SessionNetworks(spawn=lambda fn: spawner().call(fn), log=self.log)
         # what a node reserves per VMI beyond its memory (KubeVirt's launcher
         # overhead) and how many VMIs a node takes (virt-handler's kvm device
         # count): QEMU guests are real, so their node is this machine

@@ -169,6 +169,7 @@ def main(argv=None):
     sim.log("stopping: guests first")
     threading.Thread(target=srv.shutdown, daemon=True).start()
     sim.controllers.stop_all()
+    sim.sessnets.stop()
     if sim.podnet:
         sim.podnet.stop()
     try:

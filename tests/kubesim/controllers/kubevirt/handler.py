@@ -10,8 +10,10 @@ With real guests (`--guest qemu`) the VMI is Running only once QEMU runs (a
 start that fails makes it Failed, event SyncFailed); a process guest starts
 just after its VMI turns Running, with its agent "connected" at once."""
 import base64
+import json
 import time
 
+import multus
 from util import dig
 
 from ..base import MI, Controller, cond, get_condition
@@ -85,7 +87,8 @@ class VirtHandler(Controller):
                 interfaces=[{"name": "default", "ipAddress": ip, "ipAddresses": [ip], "mac": mac,
                              "infoSource": "domain" if self.real_guests else "domain, guest-agent",
                              "interfaceName": "eth0",
-                             "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}],
+                             "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}]
+                + self._secondary_interfaces(vmi, pod),
                 guestOSInfo=os_info,
                 qosClass="Burstable", launcherContainerImageVersion=LAUNCHER_IMAGE,
                 migrationMethod="BlockMigration", migrationTransport="Unix",
@@ -124,6 +127,70 @@ class VirtHandler(Controller):
                        for i in dig(vmi, "status", "interfaces") or []]
                 self._vmi_status(vmi, conditions=[cond("AgentConnected", "True")],
                                  guestOSInfo=os_info, interfaces=ifs)
+
+    def _secondary_interfaces(self, vmi, pod):
+        """status.interfaces of the VMI's multus networks: the MAC from the
+        launcher's network-status, the addresses the guest configured from its
+        cloud-init network data (reported by the guest agent) or else the
+        NAD's static IPAM."""
+        ann = (pod["metadata"].get("annotations") or {}).get(multus.STATUS_ANNOTATION)
+        try:
+            status = json.loads(ann) if ann else []
+        except ValueError:
+            status = []
+        by_iface = {e.get("interface"): e for e in status if isinstance(e, dict)}
+        guest = multus.guest_network_data(self._networkdata(vmi))
+        out = []
+        for i, (name, itf, _ref) in enumerate(multus.vmi_multus(vmi)):
+            st = by_iface.get(multus.pod_iface_name(name)) or {}
+            mac = (itf.get("macAddress") or st.get("mac") or "").lower()
+            addrs = [a.split("/")[0] for a in guest.get(mac, [])] or list(st.get("ips") or [])
+            e = {"name": name, "mac": mac, "interfaceName": f"eth{i + 1}",
+                 "infoSource": "domain, guest-agent, multus-status",
+                 "podInterfaceName": multus.pod_iface_name(name), "queueCount": 1,
+                 "linkState": "up"}
+            if addrs:
+                e["ipAddress"] = addrs[0]
+                e["ipAddresses"] = addrs
+            out.append(e)
+        return out
+
+    def _session_nets(self, vmi):
+        """What the guest's secondary interfaces are (sessnet.py): per multus
+        network its NAD's bridge, the interface's MAC, the addresses of static
+        IPAM and of the guest's own cloud-init network data."""
+        ns = vmi["metadata"].get("namespace")
+        guest = multus.guest_network_data(self._networkdata(vmi))
+        out = []
+        for i, (name, itf, (nns, nname)) in enumerate(multus.vmi_multus(vmi)):
+            nad = self.store.get("network-attachment-definitions", nns or ns, nname)
+            conf, err = multus.cni_config(nad)
+            if err or conf.get("type") != "bridge":
+                continue        # the kubelet did not start the pod without it
+            mac = (itf.get("macAddress") or "").lower() or None
+            out.append({"key": nad["metadata"]["uid"], "bridge": multus.bridge_name(conf, nad),
+                        "ifname": f"eth{i + 1}", "mac": mac,
+                        "addresses": multus.static_ips(conf) + guest.get(mac or "", [])})
+        return out
+
+    def _networkdata(self, vmi):
+        ns = vmi["metadata"].get("namespace")
+        for v in dig(vmi, "spec", "volumes") or []:
+            ci = v.get("cloudInitNoCloud") or v.get("cloudInitConfigDrive")
+            if not isinstance(ci, dict):
+                continue
+            ref = dig(ci, "networkDataSecretRef", "name")
+            if ref:
+                data = (self.store.get("secrets", ns, ref) or {}).get("data") or {}
+                for k in ("networkdata", "networkData"):
+                    if k in data:
+                        return base64.b64decode(data[k]).decode("utf-8", "replace")
+                return None
+            if ci.get("networkData"):
+                return ci["networkData"]
+            if ci.get("networkDataBase64"):
+                return base64.b64decode(ci["networkDataBase64"]).decode("utf-8", "replace")
+        return None
 
     def _userdata(self, vmi):
         ns = vmi["metadata"].get("namespace")
@@ -182,6 +249,9 @@ class VirtHandler(Controller):
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
             kw["net"] = self.sim.podnet
+            nets = self._session_nets(vmi)
+            if nets:
+                kw.update(session_nets=nets, sessnets=self.sim.sessnets)
         if getattr(cls, "kind", "") == "qemu":
             kw["net"] = self.sim.podnet
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace

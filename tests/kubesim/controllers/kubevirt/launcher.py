@@ -3,6 +3,7 @@ container (the VM's memory plus the launcher overhead, one
 devices.kubevirt.io/kvm), one container per containerDisk image, the VMI's
 volumes as pod volumes (PVCs, DataVolumes' PVCs, the cloud-init Secret), the
 VMI's labels plus KubeVirt's, its nodeSelector and affinity."""
+import multus
 import util
 from util import dig
 
@@ -76,4 +77,7 @@ def launcher_pod(vmi, overhead=None):
            "status": {"phase": "Pending", "qosClass": "Burstable"}}
     if dig(spec, "affinity"):
         pod["spec"]["affinity"] = util.deep(spec["affinity"])
+    nets = multus.networks_annotation(vmi)
+    if nets:
+        pod["metadata"]["annotations"][multus.NETWORKS_ANNOTATION] = nets
     return pod

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+# timeout: 300
+"""The session network on the simulator's pod network: from cp's serial
+console (through labvm-console, as the student types), worker1 and worker2
+answer by name on the session network on any port; another session's
+machines do not, not even when a root student there takes an address of
+this session's subnet (each session is its own L2 segment)."""
+import asyncio
+import base64
+import re
+import time
+
+import websockets
+
+from labtest import Api, Kube, env, reset_world
+from tap import T
+
+t = T()
+kube = Kube()
+reset_world(kube)
+SERVER = ("nohup python3 -c \"import socket,sys; s=socket.socket(); "
+          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+          "s.bind(('0.0.0.0', {port})); s.listen(8)\nwhile True:\n c,a=s.accept(); "
+          "c.sendall(b'{name}:{port}'); c.close()\" >/dev/null 2>&1 &")
+
+
+def probe(host, port, tag):
+    """A shell line: connect to host:port, print TAG=<answer or ERR>."""
+    return (f"python3 -c \"import socket\ntry:\n c=socket.create_connection(('{host}', {port}), 2); "
+            f"print('{tag}=' + c.recv(64).decode())\nexcept OSError as e:\n print('{tag}=ERR')\"")
+
+
+async def console_run(user, url, lines, tags, timeout=30):
+    pw = env("LABVM_PASSWORD", "labvm")
+    auth = "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+    ws = await websockets.connect(env("LABVM_URL").replace("http://", "ws://") + url,
+                                  subprotocols=["labvm-console.v1"],
+                                  extra_headers={"Authorization": auth}, open_timeout=10,
+                                  ping_interval=None, close_timeout=2)
+    out = b""
+    try:
+        for line in lines:
+            await ws.send(b"\r" + line.encode() + b"\r")
+        end = time.monotonic() + timeout
+        while not all(re.search(rf"[\r\n]{t_}=[^\s']+".encode(), out) for t_ in tags):
+            m = await asyncio.wait_for(ws.recv(), max(0.1, end - time.monotonic()))
+            if isinstance(m, bytes):
+                out += m
+    finally:
+        await ws.close()
+    text = out.decode("utf-8", "replace")
+    return {t_: re.findall(rf"[\r\n]{t_}=([^\s']+)", text)[-1] for t_ in tags}
+
+
+loop = asyncio.new_event_loop()
+labs = {}
+
+
+@t.test(name="two 3-machine sessions ready; servers on two ports of each worker")
+def setup():
+    for user in ("student361", "student362"):
+        api = Api(user)
+        r = api.start("test-multi")
+        t.eq(r.status, 201, f"{user} started", r.json)
+        s = api.wait_state(r.json["id"], "ready", 60)
+        t.eq(s["state"], "ready", f"{user}'s session ready", s.get("error"))
+        labs[user] = (api, s)
+        for v in s["vms"][1:]:
+            for port in (6443, 10250):
+                kube.guest_exec(v["name"], SERVER.format(port=port, name=v["machine"]))
+    time.sleep(0.5)
+
+
+@t.test(name="from cp's console: worker1 and worker2 answer by name, on any port")
+def by_name():
+    api, s = labs["student361"]
+    url = api.ticket(s["id"]).json["url"]
+    got = loop.run_until_complete(console_run("student361", url, [
+        "getent hosts worker1 | sed 's/^/H1=/'",
+        probe("worker1", 6443, "A"), probe("worker1", 10250, "B"),
+        probe("worker2", 6443, "C"), probe("worker2", 10250, "D")], ["H1", "A", "B", "C", "D"]))
+    w1 = next(v for v in s["vms"] if v["machine"] == "worker1")["network"]["address"]
+    t.eq(got["H1"], w1.split("/")[0], "worker1 resolves to its session address")
+    t.eq([got[k] for k in "ABCD"], ["worker1:6443", "worker1:10250", "worker2:6443",
+                                    "worker2:10250"], "both workers, both ports")
+
+
+@t.test(name="another session's machines cannot reach them on the session network")
+def isolated():
+    _, a = labs["student361"]
+    api_b, b = labs["student362"]
+    a_w1 = next(v for v in a["vms"] if v["machine"] == "worker1")["network"]["address"]
+    ip = a_w1.split("/")[0]
+    net = ip.rsplit(".", 1)[0]
+    url = api_b.ticket(b["id"]).json["url"]
+    got = loop.run_until_complete(console_run("student362", url, [
+        probe(ip, 6443, "X"),
+        # root in B's cp takes an address of A's subnet on its session interface
+        f"ip addr add {net}.99/24 dev eth1; echo ADDED=$?",
+        probe(ip, 6443, "Y"), probe(ip, 10250, "Z"),
+        probe("worker1", 6443, "OWN")], ["X", "ADDED", "Y", "Z", "OWN"], timeout=40))
+    t.eq(got["X"], "ERR", "B's cp does not reach A's worker1")
+    t.eq(got["ADDED"], "0", "root in B's cp took an address of A's subnet")
+    t.eq((got["Y"], got["Z"]), ("ERR", "ERR"), "still not: another L2 segment")
+    t.eq(got["OWN"], "worker1:6443", "B's cp reaches its own worker1")
+
+
+@t.test(name="ending the sessions takes the session networks down")
+def teardown():
+    for api, s in labs.values():
+        t.eq(api.end(s["id"]).status, 200, "ended")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and kube.lab_vms():
+        time.sleep(0.2)
+    t.eq(kube.lab_vms(), [], "no VM left")
+
+
+t.done()
