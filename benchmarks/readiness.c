@@ -253,7 +253,8 @@ static int run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 		if (kj_str(g, "running_at") && !isfinite(x->c_running)) {
 			x->c_running = t;
 			/* a Pod has no VMI: its cluster-side time is not measured */
-			if (k && vm[0] && !(kj_str(g, "runtime") && strcmp(kj_str(g, "runtime"), "pod") == 0))
+			if (k && vm[0] &&
+			    !(kj_str(g, "runtime") && strcmp(kj_str(g, "runtime"), "pod") == 0))
 				x->k_running = vmi_running(r, k, vm, kj_str(g, "created_at"));
 		}
 		if (strcmp(state, "ready") == 0) {

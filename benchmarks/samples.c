@@ -204,8 +204,9 @@ void rset_print(const struct rset *r, FILE *f, int show_client)
 			continue;
 		}
 		fprintf(f, "\n%s, %s %s: %zu started, %zu ready, %zu failed%s%s%s", g->lesson,
-		        strcmp(g->disk_source, "pod") == 0 ? "runtime" : "disk", g->disk_source, g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "",
-		        g->fail_stages, g->fail_stages[0] ? ")" : "");
+		        strcmp(g->disk_source, "pod") == 0 ? "runtime" : "disk", g->disk_source,
+		        g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "", g->fail_stages,
+		        g->fail_stages[0] ? ")" : "");
 		if (g->other)
 			fprintf(f, ", %zu neither (ended, timed out or interrupted)", g->other);
 		fputc('\n', f);

@@ -245,11 +245,12 @@ static void run_check(struct db_req *q)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			break;
-		res = PQexecParams(W.pg,
-		                   "SELECT s.user_name, s.state, v.vm_name, s.runtime FROM sessions s "
-		                   "JOIN session_vms v ON v.session_id = s.id "
-		                   "WHERE s.id = $1 AND s.environment = $2",
-		                   2, NULL, params, NULL, NULL, 0);
+		res = PQexecParams(
+		    W.pg,
+		    "SELECT s.user_name, s.state, v.vm_name, s.runtime FROM sessions s "
+		    "JOIN session_vms v ON v.session_id = s.id "
+		    "WHERE s.id = $1 AND s.environment = $2",
+		    2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("session %s: database check: %s", q->sid, PQresultErrorMessage(res));

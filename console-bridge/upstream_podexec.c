@@ -59,8 +59,8 @@ struct upstream {
 
 static lws_retry_bo_t px_retry;
 
-static struct upstream *px_open(const char *sid, const char *pod,
-                                const struct upstream_events *ev, void *owner)
+static struct upstream *px_open(const char *sid, const char *pod, const struct upstream_events *ev,
+                                void *owner)
 {
 	struct lws_client_connect_info i;
 	char path[1024];
@@ -197,7 +197,8 @@ static void px_status(struct upstream *u)
 	{
 		const cJSON *r = cJSON_GetObjectItemCaseSensitive(c, "reason");
 		const cJSON *m = cJSON_GetObjectItemCaseSensitive(c, "message");
-		if (cJSON_IsString(r) && strcmp(r->valuestring, "ExitCode") == 0 && cJSON_IsString(m))
+		if (cJSON_IsString(r) && strcmp(r->valuestring, "ExitCode") == 0 &&
+		    cJSON_IsString(m))
 			code = m->valuestring;
 	}
 	if (cJSON_IsString(st) && strcmp(st->valuestring, "Success") == 0)

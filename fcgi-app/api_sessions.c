@@ -439,7 +439,7 @@ static enum step submission(struct req *r, struct start *st)
 	if (insert_rows(r, st) < 0)
 		return STEP_DB;
 	if ((st->lesson->runtime == RUNTIME_POD ? submit_pod(r, st, why, sizeof why)
-	                                         : submit(r, st, why, sizeof why)) < 0) {
+	                                        : submit(r, st, why, sizeof why)) < 0) {
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
 		         st->lesson->id, why);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
@@ -498,12 +498,14 @@ enum hres api_session_create(struct req *r)
 		         st.lesson->id, st.sid, st.vms[0].names.vm, st.in_use + 1, c->pod_capacity);
 	else
 		for (size_t i = 0; i < st.n; i++)
-			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
-		         "use)",
-		         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
-		         lesson_disk_str(st.vms[i].disk), st.vms[i].fallback ? ", fallback " : "",
-		         st.vms[i].fallback ? st.vms[i].fallback : "", st.in_use + (long)i + 1,
-		         c->vm_capacity);
+			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, "
+			         "%ld/%d in "
+			         "use)",
+			         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
+			         lesson_disk_str(st.vms[i].disk),
+			         st.vms[i].fallback ? ", fallback " : "",
+			         st.vms[i].fallback ? st.vms[i].fallback : "",
+			         st.in_use + (long)i + 1, c->vm_capacity);
 	free(st.vms);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");

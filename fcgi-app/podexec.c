@@ -149,8 +149,8 @@ static void escape(struct buf *b, const char *s)
 	static const char hex[] = "0123456789ABCDEF";
 	for (; *s; s++) {
 		unsigned char ch = (unsigned char)*s;
-		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-		    ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+		    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
 			buf_append(b, s, 1);
 		} else {
 			char e[3] = {'%', hex[ch >> 4], hex[ch & 15]};
@@ -224,7 +224,8 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	info.client_ssl_ca_filepath = c->kube_ca_file;
 	ctx = lws_create_context(&info);
 	if (!ctx) {
-		snprintf(msg, msglen, "cannot set up a TLS client (kube_ca_file %s)", c->kube_ca_file);
+		snprintf(msg, msglen, "cannot set up a TLS client (kube_ca_file %s)",
+		         c->kube_ca_file);
 		buf_free(&path);
 		return -1;
 	}

@@ -43,7 +43,7 @@ struct counts {
 struct obj {
 	char *kind; /* "virtualmachines" | "pods" | "secrets" | "network-attachment-definitions" */
 	char *name;
-	char *ended; /* pods: why it ended (phase Failed/Succeeded), else NULL */
+	char *ended;      /* pods: why it ended (phase Failed/Succeeded), else NULL */
 	char *session_id; /* label value, may be NULL */
 	double age_s;
 	int done; /* deleted (or found deleted) during this run */
@@ -232,8 +232,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		         s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
-			struct obj *o = find_obj(vms, s.runtime == RUNTIME_POD ? "pods" : "virtualmachines",
-			                         s.vms[i].name);
+			struct obj *o =
+			    find_obj(vms, s.runtime == RUNTIME_POD ? "pods" : "virtualmachines",
+			             s.vms[i].name);
 			if (o)
 				o->done = 1;
 			o = find_obj(secrets, "secrets", s.vms[i].secret);
@@ -341,7 +342,10 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		int vm = strcmp(o->kind, "virtualmachines") == 0;
 		int pod = strcmp(o->kind, "pods") == 0;
 		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
-		const char *what = vm ? "VM" : pod ? "Pod" : net ? "NetworkAttachmentDefinition" : "Secret";
+		const char *what = vm    ? "VM"
+		                   : pod ? "Pod"
+		                   : net ? "NetworkAttachmentDefinition"
+		                         : "Secret";
 		if (dry_run) {
 			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
 			       o->name, why, o->age_s);

@@ -301,8 +301,7 @@ cJSON *manifest_pod_owner_patch(const char *pod_name, const char *pod_uid)
 	return owner_patch("v1", "Pod", pod_name, pod_uid);
 }
 
-cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n,
-                           const struct lesson *l)
+cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l)
 {
 	cJSON *s = jx_obj(), *data;
 	jx_add_str(s, "apiVersion", "v1");

@@ -69,8 +69,7 @@ cJSON *manifest_pod_owner_patch(const char *pod_name, const char *pod_uid);
 
 /* Pod lessons. The Secret holds the setup script (key "setup.sh") and each
  * lab file (keys "f0", "f1", ... projected to files/<path> with its mode). */
-cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n,
-                           const struct lesson *l);
+cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l);
 /* The Pod: the session's labels, no service-account token, zero
  * capabilities (drop ALL, no privilege escalation, seccomp RuntimeDefault),
  * requests and limits, the Secret mounted read-only at /labvm. Its command

@@ -620,7 +620,8 @@ int session_pod_ended(const cJSON *pod, char *out, size_t n)
 		         reason ? reason : "terminated", cJSON_IsNumber(ec) ? ec->valueint : -1,
 		         msg && *msg ? ": " : "", msg ? msg : "");
 	} else {
-		const char *reason = kj_str(pod, "status.reason"), *msg = kj_str(pod, "status.message");
+		const char *reason = kj_str(pod, "status.reason"),
+		           *msg = kj_str(pod, "status.message");
 		snprintf(out, n, "the Pod stopped (phase %s%s%s%s%s)", phase, reason ? ", " : "",
 		         reason ? reason : "", msg ? ": " : "", msg ? msg : "");
 	}
@@ -701,15 +702,18 @@ static int advance_running_pod(struct labctx *x, struct session *s, struct sessi
 			set_stage(x, s, scheduled ? STAGE_BOOTING : STAGE_SCHEDULING);
 		if (overdue) {
 			if (code == 200 && !scheduled)
-				rc = fail(x, s, NULL, "the Pod was not scheduled within %d s (%s%s%s)",
-				          s->running_timeout_s,
-				          kj_str(sched, "reason") ? kj_str(sched, "reason") : "pending",
-				          kj_str(sched, "message") ? ": " : "",
-				          kj_str(sched, "message") ? kj_str(sched, "message") : "");
+				rc = fail(
+				    x, s, NULL, "the Pod was not scheduled within %d s (%s%s%s)",
+				    s->running_timeout_s,
+				    kj_str(sched, "reason") ? kj_str(sched, "reason") : "pending",
+				    kj_str(sched, "message") ? ": " : "",
+				    kj_str(sched, "message") ? kj_str(sched, "message") : "");
 			else
-				rc = fail(x, s, NULL, "the Pod was not running within %d s (container %s)",
+				rc = fail(x, s, NULL,
+				          "the Pod was not running within %d s (container %s)",
 				          s->running_timeout_s,
-				          wreason ? wreason : (code == 200 ? "not started" : x->kube.msg));
+				          wreason ? wreason
+				                  : (code == 200 ? "not started" : x->kube.msg));
 		}
 	}
 	cJSON_Delete(pod);
@@ -741,7 +745,8 @@ static int advance_ready_pod(struct labctx *x, struct session *s, struct session
 		rc = pod_failed(x, s, pod);
 	} else if (overdue) {
 		rc = fail(x, s, NULL, "the lab was not ready %d s after the Pod started (Ready %s)",
-		          s->ready_timeout_s, ready ? ready : (code == 200 ? "unknown" : x->kube.msg));
+		          s->ready_timeout_s,
+		          ready ? ready : (code == 200 ? "unknown" : x->kube.msg));
 	}
 	cJSON_Delete(pod);
 	return rc;
