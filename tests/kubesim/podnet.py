@@ -82,6 +82,12 @@ class PodNetwork:
             raise NetError("the pod CIDR must be a /24 or larger")
         hosts = list(self.net.hosts())
         self.gw = str(hosts[0])
+        # br0's MAC is set once: a bridge left to itself takes its lowest port's
+        # MAC and changes it as guests come and go, and the guests' neighbour
+        # entries for the gateway and the node (proxy ARP: br0's MAC) then point
+        # nowhere until they expire (tens of seconds of lost SYN-ACKs). 0a:58 and
+        # the address, as the bridge CNI plugin derives a MAC.
+        self.gw_mac = "0a:58:" + ":".join(f"{b:02x}" for b in hosts[0].packed)
         self.node_ip = str(hosts[-1])
         self.pool = [str(h) for h in hosts[1:-1]]
         self.hostdev = f"ksh{port}"[:15]
@@ -135,6 +141,7 @@ echo 1 > /proc/sys/net/ipv4/ip_forward
 echo 0 > /proc/sys/net/ipv4/conf/all/send_redirects
 echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 || true
 ip link add br0 type bridge
+ip link set br0 address {self.gw_mac}
 ip addr add {self.gw}/{pre} dev br0
 echo 0 > /proc/sys/net/ipv4/conf/br0/send_redirects
 echo 1 > /proc/sys/net/ipv4/conf/br0/proxy_arp

@@ -285,6 +285,34 @@ def a_new_guest_is_never_reachable_before_its_policy():
 
 
 @t.test
+def the_gateway_keeps_its_mac_while_guests_come_and_go():
+    gw = "10.%d.%d.1" % (sim.port >> 8, sim.port & 255)
+    want = "0a:58:" + ":".join("%02x" % int(b) for b in gw.split("."))
+
+    def gw_mac():
+        # forget the entry, make the guest ask again (a connection to the gateway)
+        sim.exec("a", f"ip neigh flush dev eth0; python3 /opt/probe.py {gw} 9")
+        out = sim.exec("a", f"ip neigh show {gw}")["stdout"]
+        return out.split("lladdr ")[1].split()[0] if "lladdr " in out else out
+
+    t.eq(gw_mac(), want, "the gateway's MAC is fixed (0a:58 and its address)")
+    for i in range(3):
+        name = f"m{i}"
+        c, o = A.post(f"/api/v1/namespaces/{NS}/secrets", secret(name, UD))
+        assert c == 201, o
+        c, o = A.post(f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines",
+                      vm(name, name, labels={"role": name}, disk="container"))
+        assert c == 201, o
+        wait_running(sim, name, 30)
+    for i in range(3):
+        A.delete(f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines/m{i}")
+    wait_for(lambda: not any(vmi_phase(f"m{i}") for i in range(3)), 30, what="m* gone")
+    t.eq(gw_mac(), want, "unchanged after guests came and went (a bridge left to itself "
+         "takes its lowest port's MAC and the guests' entries then point nowhere)")
+    expect("host", "a", 8899, "open", "a fresh connection from the node right after")
+
+
+@t.test
 def matrix():
     for src, dst, port, got in MATRIX:
         t.diag(f"{src:>5} -> {dst}:{port} {got}")
