@@ -145,6 +145,8 @@ static int on_vmi_event(const cJSON *ev, void *ud)
 static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 {
 	struct session_vm *vm = NULL;
+	if (s->runtime == RUNTIME_POD)
+		return -1; /* a Pod's readiness is its Ready condition: looked at every RETRY_S */
 	for (size_t i = 0; i < s->nvms && !vm; i++)
 		if (s->vms[i].stage != STAGE_READY && !s->vms[i].deleted)
 			vm = &s->vms[i];

@@ -42,6 +42,7 @@ static const struct cfg_key keys[] = {
     I(kube_timeout_ms, "10000", 100, 600000),
     S(database, "postgresql:///labvm"),
     I(vm_capacity, "8", 0, 100000),
+    I(pod_capacity, "32", 0, 100000),
     I(retry_after_s, "30", 1, 3600),
     S(lessons_dir, "/etc/labvm/lessons"),
     S(label_prefix, "labvm.io"),

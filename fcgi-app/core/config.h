@@ -19,6 +19,7 @@ struct cfg {
 	int kube_timeout_ms;
 	char *database; /* libpq conninfo: SECRET */
 	int vm_capacity;
+	int pod_capacity; /* lab Pods at once, counted apart from the VMs */
 	int retry_after_s;
 	char *lessons_dir;
 	char *label_prefix;

@@ -129,6 +129,10 @@ int session_advance(struct labctx *x, struct session *s);
 int session_finish(struct labctx *x, struct session *s, enum session_state state,
                    const char *end_reason, const char *error);
 
+/* A lab Pod (as the API shows it) that has ended: 1 and why in out (the
+ * container's exit code, reason and message), else 0. */
+int session_pod_ended(const cJSON *pod, char *out, size_t n);
+
 /* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
  * them deleted in the database. Returns how many objects could not be deleted. */
 int session_delete_objects(struct labctx *x, struct session *s);

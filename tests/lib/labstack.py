@@ -302,6 +302,7 @@ class Stack:
             "kube_ca_file": os.path.join(sd, "ca.crt"),
             "database": self.database,
             "vm_capacity": str(self.capacity),
+            "pod_capacity": "32" if self.demo else "6",
             "lessons_dir": lessons,
             "label_prefix": "labvm.io",
             "ticket_key_file": key,
