@@ -262,7 +262,7 @@ static void run_check(struct db_req *q)
 		    "WITH used AS (INSERT INTO console_tickets_used (nonce, expires_at) "
 		    "VALUES ($3, to_timestamp($4::float8)) ON CONFLICT DO NOTHING "
 		    "RETURNING 1) "
-		    "SELECT s.user_name, s.state, v.vm_name, "
+		    "SELECT s.user_name, s.state, v.vm_name, s.runtime, "
 		    "(SELECT count(*) FROM used) FROM sessions s "
 		    "JOIN session_vms v ON v.session_id = s.id "
 		    "WHERE s.id = $1 AND s.environment = $2",
@@ -291,9 +291,10 @@ static void run_check(struct db_req *q)
 	for (int i = 0; i < PQntuples(res); i++) {
 		if (strcmp(PQgetvalue(res, i, 2), q->vm) != 0)
 			continue;
-		r->status = strcmp(PQgetvalue(res, i, 3), "0") == 0 ? DB_TICKET_USED : DB_OK;
+		r->status = strcmp(PQgetvalue(res, i, 4), "0") == 0 ? DB_TICKET_USED : DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
 		r->state = session_state_parse(PQgetvalue(res, i, 1));
+		snprintf(r->runtime, sizeof r->runtime, "%s", PQgetvalue(res, i, 3));
 		break;
 	}
 	PQclear(res);

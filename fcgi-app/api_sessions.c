@@ -33,6 +33,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "podexec.h"
 #include "pool.h"
 #include "session.h"
 #include "ticket.h"
@@ -89,11 +90,16 @@ static enum step refuse(struct start *st, enum api_err e, const char *message)
 	return STEP_REFUSED;
 }
 
-/* Count lab VMs in the cluster: every environment, terminating ones included. */
-static long count_lab_vms(struct labctx *x, long *in_use)
+/* Count lab VMs (or lab Pods) in the cluster: every environment, terminating
+ * ones included. A VM's virt-launcher pod carries the lab labels too (they
+ * reach it through the VMI), so lab Pods are the labelled pods that are not
+ * launchers (no kubevirt.io label). */
+static long count_lab(struct labctx *x, enum lesson_runtime rt, long *in_use)
 {
-	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
-	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
+	int pod = rt == RUNTIME_POD;
+	char *path = kube_path(pod ? "pods" : "virtualmachines", x->cfg->namespace_, NULL);
+	char *sel = pod ? xasprintf("%s=true,!kubevirt.io", x->cfg->label.lab_session)
+	                : xasprintf("%s=true", x->cfg->label.lab_session);
 	long code = kube_count(&x->kube, path, sel, in_use);
 	free(sel);
 	free(path);
@@ -113,7 +119,7 @@ static int insert_rows(struct req *r, const struct start *st)
 	                     l->id,
 	                     lesson_runtime_str(l->runtime),
 	                     r->x->cfg->environment,
-	                     lesson_disk_str(st->vms[0].disk),
+	                     l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(st->vms[0].disk),
 	                     st->vms[0].fallback,
 	                     rto,
 	                     yto,
@@ -135,10 +141,10 @@ static int insert_rows(struct req *r, const struct start *st)
 		snprintf(ord, sizeof ord, "%d", (int)i);
 		const char *q[9] = {st->sid,
 		                    v->names.vm,
-		                    v->names.secret,
+		                    l->runtime == RUNTIME_POD ? v->names.files : v->names.secret,
 		                    v->token,
 		                    v->names.machine[0] ? v->names.machine : NULL,
-		                    lesson_disk_str(v->disk),
+		                    l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(v->disk),
 		                    v->fallback,
 		                    st->multi ? v->net.address : NULL,
 		                    ord};
@@ -157,6 +163,11 @@ static int insert_rows(struct req *r, const struct start *st)
  * their Secrets, then the session network. */
 static void undo_submit(struct labctx *x, const struct start *st)
 {
+	if (st->lesson->runtime == RUNTIME_POD) {
+		delete_quiet(x, "pods", st->vms[0].names.vm);
+		delete_quiet(x, "secrets", st->vms[0].names.files);
+		return;
+	}
 	for (size_t i = 0; i < st->n; i++) {
 		delete_quiet(x, "virtualmachines", st->vms[i].names.vm);
 		delete_quiet(x, "secrets", st->vms[i].names.secret);
@@ -180,6 +191,51 @@ static void confirm_vm(struct labctx *x, const char *name)
 	log_warn("VM %s: the create got no answer; the VM %s", name,
 	         code == 200 ? "exists (it is deleted now)" : "did not appear (nothing to delete)");
 	free(path);
+}
+
+/* A pod lesson: the files Secret, the Pod, the Secret owned by the Pod. */
+static int submit_pod(struct req *r, struct start *st, char *why, size_t whylen)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	cJSON *secret = manifest_pod_secret(c, &st->vms[0].names, st->lesson);
+	cJSON *pod = manifest_pod(c, &st->vms[0].names, st->lesson);
+	cJSON *created = NULL, *patch = NULL;
+	char *spath = kube_path("secrets", c->namespace_, NULL);
+	char *ppath = kube_path("pods", c->namespace_, NULL);
+	char *opath = kube_path("secrets", c->namespace_, st->vms[0].names.files);
+	int rc = -1;
+	long code;
+
+	st->created = 1;
+	code = kube_create(&x->kube, spath, secret, NULL);
+	if (code != 201 && code != 200) {
+		snprintf(why, whylen, "creating the lab files Secret: %s", x->kube.msg);
+		goto out;
+	}
+	code = kube_create(&x->kube, ppath, pod, &created);
+	const char *uid = kj_str(created, "metadata.uid");
+	if ((code != 201 && code != 200) || !uid) {
+		snprintf(why, whylen, "creating the Pod: %s",
+		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		goto out;
+	}
+	patch = manifest_pod_owner_patch(st->vms[0].names.vm, uid);
+	code = kube_merge_patch(&x->kube, opath, patch, NULL);
+	if (code != 200) {
+		snprintf(why, whylen, "making the Secret owned by the Pod: %s", x->kube.msg);
+		goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(secret);
+	cJSON_Delete(pod);
+	cJSON_Delete(created);
+	cJSON_Delete(patch);
+	free(spath);
+	free(ppath);
+	free(opath);
+	return rc;
 }
 
 /* "ADDRESS NAME" lines for /etc/hosts: every machine of the session. */
@@ -289,7 +345,7 @@ out:
 	return rc;
 }
 
-/* The request: a lesson that exists and runs in a VM. 0 ok, -1 answered. */
+/* The request: a lesson that exists. 0 ok, -1 answered. */
 static int parse_start(struct req *r, struct start *st)
 {
 	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
@@ -300,12 +356,6 @@ static int parse_start(struct req *r, struct start *st)
 	st->lesson = lessons_find(r->x->lessons, lid->valuestring);
 	if (!st->lesson) {
 		resp_error(r, E_UNKNOWN_LESSON, "there is no lesson \"%.100s\"", lid->valuestring);
-		return -1;
-	}
-	if (st->lesson->runtime == RUNTIME_POD) {
-		resp_error(r, E_NOT_IMPLEMENTED,
-		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
-		           st->lesson->id);
 		return -1;
 	}
 	return 0;
@@ -418,7 +468,7 @@ static enum step admit(struct req *r, struct start *st)
 	for (size_t i = 0; i < st->n; i++) {
 		struct start_vm *v = &st->vms[i];
 		v->disk = v->m->disk;
-		if (v->disk != DISK_GOLDEN)
+		if (v->disk != DISK_GOLDEN || st->lesson->runtime == RUNTIME_POD)
 			continue;
 		enum golden_reason g = golden_check(&x->kube, c, v->m, detail, sizeof detail);
 		if (g != GOLDEN_OK) {
@@ -437,24 +487,30 @@ static enum step admit(struct req *r, struct start *st)
 	 * wait behind the admissions; the count that admits is the one taken
 	 * under the lock, which is held until every machine is submitted. */
 	long need = (long)st->n;
-	long code = count_lab_vms(x, &st->in_use);
-	if (code != 200 || st->in_use + need <= c->vm_capacity) {
-		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
-		    0)
+	/* lab Pods are counted apart (pod_capacity, their own lock): no VM seat */
+	enum lesson_runtime rt = st->lesson->runtime;
+	int capacity = rt == RUNTIME_POD ? c->pod_capacity : c->vm_capacity;
+	long code = count_lab(x, rt, &st->in_use);
+	if (code != 200 || st->in_use + need <= capacity) {
+		if (db_cmd(&x->db,
+		           rt == RUNTIME_POD ? "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 1)"
+		                             : "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)",
+		           0, NULL) < 0)
 			return lock_busy(r, st, "many labs are starting right now");
-		code = count_lab_vms(x, &st->in_use);
+		code = count_lab(x, rt, &st->in_use);
 	}
 	if (code != 200) {
-		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
+		log_warn("user %s: cannot count lab %s: %s", r->user,
+		         rt == RUNTIME_POD ? "Pods" : "VMs", x->kube.msg);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
 		              "the cluster cannot be reached right now: try again in a minute");
 	}
-	if (st->in_use + need > c->vm_capacity) {
+	if (st->in_use + need > capacity) {
 		refuse(st, E_CAPACITY_FULL,
 		       need > 1
 		           ? "not enough lab machines are free for this lesson: try again shortly"
 		           : "all lab machines are in use: try again shortly");
-		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "capacity", capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
 		jx_add_num(st->answer, "seats", (double)need);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
@@ -504,7 +560,8 @@ static enum step submission(struct req *r, struct start *st)
 		snprintf(st->network, sizeof st->network, "%s", st->vms[0].names.network);
 	if (insert_rows(r, st) < 0)
 		return STEP_DB;
-	if (submit(r, st, why, sizeof why) < 0) {
+	if ((st->lesson->runtime == RUNTIME_POD ? submit_pod(r, st, why, sizeof why)
+	                                        : submit(r, st, why, sizeof why)) < 0) {
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
 		         st->lesson->id, why);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
@@ -582,13 +639,18 @@ enum hres api_session_create(struct req *r)
 		free(st.vms);
 		return h;
 	}
-	for (size_t i = 0; !st.claimed && i < st.n; i++)
-		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
-		         "use)",
-		         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
-		         lesson_disk_str(st.vms[i].disk), st.vms[i].fallback ? ", fallback " : "",
-		         st.vms[i].fallback ? st.vms[i].fallback : "", st.in_use + (long)i + 1,
-		         c->vm_capacity);
+	if (st.lesson->runtime == RUNTIME_POD)
+		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use)", r->user,
+		         st.lesson->id, st.sid, st.vms[0].names.vm, st.in_use + 1, c->pod_capacity);
+	else
+		for (size_t i = 0; !st.claimed && i < st.n; i++)
+			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, "
+			         "%ld/%d in use)",
+			         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
+			         lesson_disk_str(st.vms[i].disk),
+			         st.vms[i].fallback ? ", fallback " : "",
+			         st.vms[i].fallback ? st.vms[i].fallback : "",
+			         st.in_use + (long)i + 1, c->vm_capacity);
 	free(st.vms);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
@@ -647,6 +709,45 @@ static char *step_output(const cJSON *res)
 	if (!b.p)
 		buf_puts(&b, "");
 	return b.p;
+}
+
+/* One grader step in a lab Pod, by exec: the agent's answer shape
+ * ({"exit_code","stdout","stderr","timed_out"}) in *res. -1: answered. */
+static int grade_by_exec(struct req *r, const struct session *s, const struct grader_step *gs,
+                         int timeout, cJSON **res)
+{
+	struct labctx *x = r->x;
+	struct podexec_result pr;
+	char msg[300];
+	double t0 = util_mono_s();
+	char *bearer = kube_bearer(&x->kube);
+
+	if (!bearer) {
+		resp_error(r, E_CLUSTER_UNAVAILABLE, "the cluster cannot be reached right now");
+		return -1;
+	}
+	int rc = podexec_run(x->cfg, bearer, s->vms[0].name, POD_CONTAINER, gs->command, timeout,
+	                     &pr, msg, sizeof msg);
+	util_free_secret(bearer);
+	if (rc < 0) {
+		podexec_result_free(&pr);
+		log_warn("session %s: grading step \"%s\": %s", s->id, gs->name, msg);
+		resp_error(r, E_AGENT_UNREACHABLE, "your lab could not be reached for grading (%s)",
+		           msg);
+		return -1;
+	}
+	x->kube.ms += (util_mono_s() - t0) * 1000.0; /* Server-Timing: kube */
+	*res = jx_obj();
+	if (pr.exit_code >= 0)
+		jx_add_num(*res, "exit_code", pr.exit_code);
+	else
+		jx_add_null(*res, "exit_code");
+	jx_add_str(*res, "stdout", pr.out);
+	jx_add_str(*res, "stderr", pr.status_message[0] && !pr.nerr ? pr.status_message : pr.err);
+	if (pr.timed_out)
+		jx_add_bool(*res, "timed_out", 1);
+	podexec_result_free(&pr);
+	return 0;
 }
 
 /* The whole grade's deadline: the lesson's grade_timeout_s, else its steps'
@@ -741,7 +842,18 @@ enum hres api_session_grade(struct req *r)
 			timeout = (int)(left_ms / 1000) > 0 ? (int)(left_ms / 1000) : 1;
 		const char *why = NULL;
 		size_t vi = vm ? (size_t)(vm - s->vms) : 0;
-		if (!vm) {
+		if (s->runtime == RUNTIME_POD) {
+			/* a Pod has no agent: each step runs by exec */
+			if (grade_by_exec(r, s, gs, timeout, &res) < 0) {
+				session_lease_release(x, s->id, LEASE_GRADE);
+				cJSON_Delete(o);
+				cJSON_Delete(steps);
+				free(mpassed);
+				free(mtotal);
+				free(checked);
+				return H_DONE;
+			}
+		} else if (!vm) {
 			why = "no such machine";
 		} else if (!checked[vi] && session_vmi_check(x, s, vm, msg, sizeof msg) < 0) {
 			why = msg;
@@ -888,6 +1000,13 @@ enum hres api_tty_size(struct req *r)
 	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
 	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(r->json, "cols");
 	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r->json, "rows");
+	if (s->runtime == RUNTIME_POD) {
+		/* no agent in a Pod: labvm-console passes the size to its exec tty */
+		resp_error(r, E_BAD_REQUEST,
+		           "a Pod's terminal takes its size on the console WebSocket "
+		           "({\"type\":\"resize\",\"cols\":C,\"rows\":R})");
+		return H_DONE;
+	}
 	if (!cJSON_IsNumber(cols) || !cJSON_IsNumber(rows) || cols->valuedouble != cols->valueint ||
 	    rows->valuedouble != rows->valueint || cols->valueint < 1 || cols->valueint > 1000 ||
 	    rows->valueint < 1 || rows->valueint > 1000) {

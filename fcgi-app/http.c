@@ -36,6 +36,7 @@ static const struct {
     [E_TOO_MANY_STARTS] = {"too_many_starts", 429},
     [E_CAPACITY_BUSY] = {"capacity_busy", 503},
     [E_USER_TOO_LONG] = {"bad_request", 400},
+    [E_STREAMS_FULL] = {"streams_full", 503},
 };
 
 static const char *status_text(int s)

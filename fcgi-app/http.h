@@ -40,6 +40,7 @@ enum api_err {
 	E_TOO_MANY_STARTS,        /* 429 too_many_starts */
 	E_CAPACITY_BUSY,          /* 503 capacity_busy */
 	E_USER_TOO_LONG,          /* 400 bad_request (REMOTE_USER longer than tickets allow) */
+	E_STREAMS_FULL,           /* 503 streams_full (stream_max event streams open here) */
 };
 
 struct req {
@@ -61,6 +62,7 @@ struct req {
 	struct buf headers;   /* extra response headers */
 	const char *route;    /* for the log line */
 	struct session *sess; /* the route's session (NEED_SESSION, NEED_CURRENT) */
+	int adopted;          /* fr now belongs to the stream thread (stream.h) */
 	char error[40];       /* the answer's "error" code, if any (metrics) */
 };
 

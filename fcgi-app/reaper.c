@@ -4,14 +4,15 @@
  *
  * One run, under pg_try_advisory_lock (a second run exits at once):
  *   1. snapshot the active sessions of this environment
- *   2. list this environment's lab VMs, Secrets and session networks
+ *   2. list this environment's lab VMs, Pods, Secrets and session networks
  *      (NetworkAttachmentDefinitions) (label selector on the
  *      lab-session marker AND the environment): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
  *   3. advance every active session: expired ones end (VM and Secret deleted),
  *      stuck starts fail at their deadlines, exactly as the API would
- *   4. active sessions whose VM vanished from the cluster fail
+ *   4. active sessions whose VM vanished from the cluster fail, and so do
+ *      those whose Pod vanished or ended (a ready Pod that died)
  *   5. objects without an active session are orphans: deleted when their
  *      session ended or failed, or, without any session row, once older than
  *      the grace period (an in-flight start is never raced). orphan_grace_s is
@@ -45,11 +46,13 @@
 struct counts {
 	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
 	    kept_young, errors;
+	int orphan_pods;
 };
 
 struct obj {
-	char *kind; /* "virtualmachines" | "secrets" | "network-attachment-definitions" */
+	char *kind; /* "virtualmachines" | "pods" | "secrets" | "network-attachment-definitions" */
 	char *name;
+	char *ended;      /* pods: why it ended (phase Failed/Succeeded), else NULL */
 	char *session_id; /* label value, may be NULL */
 	double age_s;
 	int done; /* deleted (or found deleted) during this run */
@@ -74,7 +77,8 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	           {"failed_stuck", k->failed_stuck},
 	           {"vanished", k->vanished},
 	           {"orphan_vm", k->orphan_vms},
-	           {"orphan_secret", k->orphan_secrets}};
+	           {"orphan_secret", k->orphan_secrets},
+	           {"orphan_pod", k->orphan_pods}};
 	char lab[64];
 	db_rollback(&x->db);
 	metrics_count(&x->db, env, "labvm_reaper_passes_total",
@@ -103,8 +107,10 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
-	char *sel =
-	    xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment, c->environment);
+	int pods = strcmp(kind, "pods") == 0;
+	/* lab Pods, not the virt-launcher pods that carry a VM's labels too */
+	char *sel = xasprintf("%s=true,%s=%s%s", c->label.lab_session, c->label.environment,
+	                      c->environment, pods ? ",!kubevirt.io" : "");
 	cJSON *list = NULL;
 	/* metadata only: Secrets carry cloud-init payloads, and a long list of
 	 * them must not exceed the answer cap and stop the reaper */
@@ -133,7 +139,8 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		const char *name = kj_str(it, "metadata.name");
 		/* never trust the selector alone with deletions */
 		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
-		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0)
+		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0 ||
+		    (pods && cJSON_GetObjectItemCaseSensitive(labels, "kubevirt.io")))
 			continue;
 		struct obj *o = &out->v[out->n++];
 		memset(o, 0, sizeof *o);
@@ -142,6 +149,9 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		o->session_id = cJSON_IsString(sid) ? xstrdup(sid->valuestring) : NULL;
 		o->pool = cJSON_IsString(pool);
 		o->age_s = parse_age(kj_str(it, "metadata.creationTimestamp"), now);
+		char why[1024];
+		if (pods && session_pod_ended(it, why, sizeof why))
+			o->ended = xstrdup(why);
 	}
 out:
 	cJSON_Delete(list);
@@ -156,6 +166,7 @@ static void objs_free(struct objs *os)
 		free(os->v[i].kind);
 		free(os->v[i].name);
 		free(os->v[i].session_id);
+		free(os->v[i].ended);
 	}
 	free(os->v);
 	memset(os, 0, sizeof *os);
@@ -235,7 +246,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		         s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
-			struct obj *o = find_obj(vms, "virtualmachines", s.vms[i].name);
+			struct obj *o =
+			    find_obj(vms, s.runtime == RUNTIME_POD ? "pods" : "virtualmachines",
+			             s.vms[i].name);
 			if (o)
 				o->done = 1;
 			o = find_obj(secrets, "secrets", s.vms[i].secret);
@@ -250,6 +263,39 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 	session_free(&s);
 }
 
+/* Active sessions whose Pod is gone or has ended: a ready Pod that died
+ * fails its session as a vanished VM does (restartPolicy Never: it stays
+ * ended). A starting one was advanced just before and named its failure. */
+static void pod_gone_one(struct labctx *x, struct session *s, struct objs *vms, struct counts *k)
+{
+	for (size_t i = 0; i < s->nvms; i++) {
+		if (s->vms[i].deleted)
+			continue;
+		struct obj *o = find_obj(vms, "pods", s->vms[i].name);
+		if (o && !o->ended)
+			continue;
+		char msg[1200];
+		if (o)
+			snprintf(msg, sizeof msg, "%s: %s", session_stage_str(s->stage), o->ended);
+		else
+			snprintf(msg, sizeof msg, "%s: the Pod %s disappeared from the cluster",
+			         session_stage_str(s->stage), s->vms[i].name);
+		k->vanished++;
+		if (dry_run) {
+			printf("would fail session %s (%s): Pod %s %s\n", s->id, s->user,
+			       s->vms[i].name, o ? "ended" : "vanished");
+		} else {
+			log_info("session %s (%s): Pod %s %s; failing the session", s->id, s->user,
+			         s->vms[i].name, o ? "ended" : "vanished");
+			if (session_finish(x, s, SESSION_FAILED, "failed", msg) < 0)
+				k->errors++;
+			if (o)
+				o->done = 1;
+		}
+		break;
+	}
+}
+
 /* Active sessions whose VM is gone from the cluster (the list was taken
  * after the snapshot, so their VMs existed before it). */
 static void vanished_one(struct labctx *x, const char *id, struct objs *vms, struct counts *k)
@@ -257,6 +303,8 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 	struct session s;
 	if (session_load(x, id, &s) != SESSION_FOUND)
 		return;
+	if (session_active(&s) && s.runtime == RUNTIME_POD)
+		pod_gone_one(x, &s, vms, k);
 	if (session_active(&s) && s.runtime == RUNTIME_VM) {
 		for (size_t i = 0; i < s.nvms; i++) {
 			if (s.vms[i].deleted || find_obj(vms, "virtualmachines", s.vms[i].name))
@@ -332,8 +380,12 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			continue;
 		}
 		int vm = strcmp(o->kind, "virtualmachines") == 0;
+		int pod = strcmp(o->kind, "pods") == 0;
 		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
-		const char *what = vm ? "VM" : net ? "NetworkAttachmentDefinition" : "Secret";
+		const char *what = vm    ? "VM"
+		                   : pod ? "Pod"
+		                   : net ? "NetworkAttachmentDefinition"
+		                         : "Secret";
 		if (dry_run) {
 			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
 			       o->name, why, o->age_s);
@@ -351,6 +403,8 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		}
 		if (vm)
 			k->orphan_vms++;
+		else if (pod)
+			k->orphan_pods++;
 		else if (net)
 			k->orphan_networks++;
 		else
@@ -440,7 +494,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	nactive = nids;
-	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 ||
+	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 || list_objs(&x, "pods", 0, &vms) < 0 ||
 	    list_objs(&x, "secrets", 0, &secrets) < 0 ||
 	    list_objs(&x, "network-attachment-definitions", 1, &nets) < 0) {
 		log_err("cluster lists failed: nothing deleted this run");
@@ -480,12 +534,14 @@ int main(int argc, char **argv)
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
 	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
-	       "kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d pool_stale=%d "
-	       "pool_surplus=%d pool_vanished=%d errors=%d status=%s duration_ms=%.0f\n",
+	       "orphan_pods=%d kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d "
+	       "pool_stale=%d pool_surplus=%d pool_vanished=%d errors=%d status=%s "
+	       "duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale, pk.surplus,
-	       pk.vanished, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
+	       k.orphan_pods, k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale,
+	       pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
+	       (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)

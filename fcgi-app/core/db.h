@@ -18,6 +18,7 @@ struct db {
 	/* set by the owner before the first query (0: the server's default) */
 	int idle_tx_timeout_s;      /* idle_in_transaction_session_timeout */
 	int idle_session_timeout_s; /* idle_session_timeout (session-level locks) */
+	unsigned prepared;    /* bit i: statement "s<i>" is prepared on conn */
 };
 
 /* SQLSTATE 55P03: a lock_timeout ran out. */
@@ -33,6 +34,11 @@ void db_reset_timer(struct db *d);
  * result when it is PGRES_TUPLES_OK or PGRES_COMMAND_OK, else NULL (d->msg,
  * d->broken). The caller PQclear()s the result. */
 PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *params);
+/* db_exec() of a statement prepared once per connection as "s<slot>"
+ * (slot < 32, one fixed sql per slot): no parse and plan per call, for the
+ * hot reads. */
+PGresult *db_exec_prepared(struct db *d, unsigned slot, const char *sql, int n,
+                           const char *const *params);
 /* The same, for statements whose result does not matter beyond success. 0 / -1. */
 int db_cmd(struct db *d, const char *sql, int n, const char *const *params);
 

@@ -38,6 +38,10 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
                const char *content_type, cJSON **out);
 
 /* Convenience wrappers. */
+/* "Bearer <token>" for a client of its own (the exec WebSocket), read as
+ * kube_call() does; NULL when there is no token. A secret: the caller frees
+ * it with util_free_secret(). */
+char *kube_bearer(struct kube *k);
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);
@@ -53,6 +57,14 @@ long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSO
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:
  * returns 1 when deleted or already gone, 0 otherwise (k->msg). */
 int kube_delete(struct kube *k, const char *path, const char *propagation);
+
+/* A watch (path carries ?watch=true and its selectors): on_event gets each
+ * event ({"type", "object"}) as it arrives and returns 1 to end the watch.
+ * Returns the HTTP status (200 also when the watch ended quietly at
+ * timeout_ms), or 0 when the API could not be reached (k->msg). A watch
+ * that hangs costs at most timeout_ms. */
+long kube_watch(struct kube *k, const char *path, long timeout_ms,
+                int (*on_event)(const cJSON *ev, void *ud), void *ud);
 
 /* Collection and object paths (malloc'd). kind: "secrets", "persistentvolumeclaims",
  * "pods", "virtualmachines", "virtualmachineinstances", "datavolumes". name may be NULL. */

@@ -121,8 +121,13 @@ static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char 
 	    get_str(o, "title", 1, &l->title, err, errlen) < 0 ||
 	    get_str(o, "description", 0, &l->description, err, errlen) < 0 ||
 	    get_int(o, "minutes", 60, 1, 24 * 60, &l->minutes, err, errlen) < 0 ||
-	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0)
+	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0 ||
+	    get_str(o, "shell", 0, &l->shell, err, errlen) < 0)
 		goto fail;
+	if (l->shell && (l->shell[0] != '/' || strlen(l->shell) > 255 || strchr(l->shell, ' '))) {
+		snprintf(err, errlen, "\"shell\" must be an absolute path to a program");
+		goto fail;
+	}
 	const cJSON *ja = kj_get_ja(o);
 	if (ja && (get_str(ja, "title", 0, &l->title_ja, err, errlen) < 0 ||
 	           get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0)) {
@@ -531,6 +536,7 @@ void lesson_free(struct lesson *l)
 	free(l->title_ja);
 	free(l->description_ja);
 	free(l->image);
+	free(l->shell);
 	free(l->golden_pvc);
 	free(l->disk_size);
 	free(l->memory);

@@ -34,7 +34,7 @@ struct lesson {
 	char *description_ja;
 	enum lesson_runtime runtime;
 	int minutes;
-	char *image; /* containerDisk image */
+	char *image; /* containerDisk image (vm) or container image (pod) */
 	enum lesson_disk disk;
 	char *golden_pvc; /* disk golden */
 	char *disk_size;  /* disk datavolume, e.g. "10Gi" */
@@ -45,6 +45,7 @@ struct lesson {
 	struct lesson_file *files;
 	size_t nfiles;
 	char *setup; /* shell script; NULL = nothing to set up */
+	char *shell; /* pod lessons: the console's program (default /bin/bash, else /bin/sh) */
 	struct grader_step *steps;
 	size_t nsteps;
 	int grade_timeout_s; /* the whole grade's deadline; 0 = from the steps */

@@ -7,6 +7,7 @@
 
 #include "jsonx.h"
 #include "log.h"
+#include "manifest.h"
 #include "util.h"
 
 #define SESSION_COLS                                                                               \
@@ -59,15 +60,15 @@ int session_stage_parse(const char *v)
 	return lookup(stage_names, NNAMES(stage_names), v);
 }
 
-static char *dup_or_null(const PGresult *r, int c)
+static char *dup_or_null(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? xstrdup(v) : NULL;
 }
 
-static double num(const PGresult *r, int c)
+static double num(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? strtod(v, NULL) : 0;
 }
 
@@ -127,20 +128,11 @@ static int parse_vms(const char *json, struct session *s)
 	return 0;
 }
 
-static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
-                      struct session *s)
+/* Row `row` of a SESSION_COLS, SESSION_VMS result into s. SESSION_FOUND or
+ * SESSION_DBERR (x->db.msg). */
+static int parse_row(struct labctx *x, const PGresult *r, int row, struct session *s)
 {
-	char *sql = xasprintf(
-	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
-	PGresult *r = db_exec(&x->db, sql, n, p);
-	free(sql);
 	memset(s, 0, sizeof *s);
-	if (!r)
-		return SESSION_DBERR;
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return SESSION_NONE;
-	}
 	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
 	char **str[] = {&s->id,         &s->user,         &s->lesson,
 	                NULL,           &s->environment,  NULL,
@@ -151,24 +143,23 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	                &s->graded_at};
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
 		if (str[i])
-			*str[i] = dup_or_null(r, i);
-	int runtime = lesson_runtime_parse(db_val(r, 0, 3));
-	int state = session_state_parse(db_val(r, 0, 5));
-	int stage = session_stage_parse(db_val(r, 0, 6));
+			*str[i] = dup_or_null(r, row, i);
+	int runtime = lesson_runtime_parse(db_val(r, row, 3));
+	int state = session_state_parse(db_val(r, row, 5));
+	int stage = session_stage_parse(db_val(r, row, 6));
 	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
 	s->state = (enum session_state)(state < 0 ? 0 : state);
 	s->stage = (enum session_stage)(stage < 0 ? 0 : stage);
-	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
-	s->ready_timeout_s = atoi(PQgetvalue(r, 0, 20));
-	s->t_submitted = num(r, 21);
-	s->t_running = num(r, 22);
-	s->t_expires = num(r, 23);
-	s->t_now = num(r, 24);
-	s->network = dup_or_null(r, 25);
-	int bad = parse_vms(db_val(r, 0, 26), s) < 0;
-	s->pool_vm = dup_or_null(r, 27);
+	s->running_timeout_s = atoi(PQgetvalue(r, row, 19));
+	s->ready_timeout_s = atoi(PQgetvalue(r, row, 20));
+	s->t_submitted = num(r, row, 21);
+	s->t_running = num(r, row, 22);
+	s->t_expires = num(r, row, 23);
+	s->t_now = num(r, row, 24);
+	s->network = dup_or_null(r, row, 25);
+	int bad = parse_vms(db_val(r, row, 26), s) < 0;
+	s->pool_vm = dup_or_null(r, row, 27);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
-	PQclear(r);
 	if (bad || unknown) {
 		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
 		         bad ? "session_vms" : "runtime, state or stage");
@@ -178,6 +169,85 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	return SESSION_FOUND;
 }
 
+/* slot: the prepared statement of this where clause (db_exec_prepared) */
+static int load_where(struct labctx *x, unsigned slot, const char *where, int n,
+                      const char *const *p, struct session *s)
+{
+	char *sql = xasprintf(
+	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
+	PGresult *r = db_exec_prepared(&x->db, slot, sql, n, p);
+	free(sql);
+	memset(s, 0, sizeof *s);
+	if (!r)
+		return SESSION_DBERR;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return SESSION_NONE;
+	}
+	int rc = parse_row(x, r, 0, s);
+	PQclear(r);
+	return rc;
+}
+
+int session_events_load(struct labctx *x, const char *id, long long after, int limit,
+                        struct session_event **out, size_t *n)
+{
+	char a[32], l[16];
+	snprintf(a, sizeof a, "%lld", after);
+	snprintf(l, sizeof l, "%d", limit);
+	const char *p[3] = {id, a, l};
+	/* each snapshot is shaped back into a sessions row named "sessions", so
+	 * the one column list (and the one JSON form) serves events too */
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm, e.seq "
+	                      "FROM session_events e CROSS JOIN LATERAL "
+	                      "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
+	                      "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
+	                      "ORDER BY e.seq LIMIT $3::int",
+	                      3, p);
+	*out = NULL;
+	*n = 0;
+	if (!r)
+		return -1;
+	int rows = PQntuples(r);
+	*out = xcalloc((size_t)rows + 1, sizeof **out);
+	for (int i = 0; i < rows; i++) {
+		struct session_event *e = &(*out)[*n];
+		if (parse_row(x, r, i, &e->s) != SESSION_FOUND) {
+			PQclear(r);
+			session_events_free(*out, *n);
+			*out = NULL;
+			*n = 0;
+			return -1;
+		}
+		e->seq = strtoll(PQgetvalue(r, i, 28), NULL, 10);
+		(*n)++;
+	}
+	PQclear(r);
+	return 0;
+}
+
+void session_events_free(struct session_event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		session_free(&ev[i].s);
+	free(ev);
+}
+
+long long session_last_event(struct labctx *x, const char *id)
+{
+	const char *p[1] = {id};
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT coalesce(max(seq), 0) FROM session_events "
+	                      "WHERE session_id = $1::uuid",
+	                      1, p);
+	if (!r)
+		return -1;
+	long long v = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	PQclear(r);
+	return v;
+}
+
 int session_load(struct labctx *x, const char *id, struct session *s)
 {
 	const char *p[2] = {id, x->cfg->environment};
@@ -185,14 +255,15 @@ int session_load(struct labctx *x, const char *id, struct session *s)
 		memset(s, 0, sizeof *s);
 		return SESSION_NONE;
 	}
-	return load_where(x, "id = $1::uuid AND environment = $2", 2, p, s);
+	return load_where(x, 0, "id = $1::uuid AND environment = $2", 2, p, s);
 }
 
 int session_load_active(struct labctx *x, const char *user, struct session *s)
 {
 	const char *p[2] = {x->cfg->environment, user};
-	return load_where(
-	    x, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p, s);
+	return load_where(x, 1,
+	                  "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')",
+	                  2, p, s);
 }
 
 static int reload(struct labctx *x, struct session *s)
@@ -481,6 +552,7 @@ int session_vmi_check(struct labctx *x, const struct session *s, struct session_
 
 /* Fail the session because of machine vm: the error names the stage (and,
  * in a session of several machines, the machine). */
+static void set_stage(struct labctx *x, struct session *s, enum session_stage stage);
 static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
 
@@ -490,6 +562,10 @@ static int fail(struct labctx *x, struct session *s, const struct session_vm *vm
 	va_list ap;
 	char msg[1024];
 	int n;
+	/* the session's stage is where it failed, even when the failure came in
+	 * the same pass as the step that led there (a setup that fails at once) */
+	if (vm && vm->stage > (int)s->stage && vm->stage < (int)STAGE_READY)
+		set_stage(x, s, (enum session_stage)vm->stage);
 	if (vm && vm->machine)
 		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
 		             session_stage_str((enum session_stage)vm->stage));
@@ -680,6 +756,193 @@ out:
 	return rc;
 }
 
+/* ------------------------------------------------------------ pods
+ * A pod lesson's readiness is the Pod's own: phase Running is "running"
+ * (running_at, the pod IP), its Ready condition (the exec readiness probe on
+ * the flag the container writes when setup exited 0) is "ready". What the
+ * kubelet reports names each failure. */
+
+static const cJSON *pod_condition(const cJSON *pod, const char *type)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, kj_get(pod, "status.conditions"))
+	{
+		const char *t = kj_str(c, "type");
+		if (t && strcmp(t, type) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* The lab container's state ("waiting", "running", "terminated" object) or NULL. */
+static const cJSON *pod_state(const cJSON *pod, const char **which)
+{
+	const cJSON *cs;
+	cJSON_ArrayForEach(cs, kj_get(pod, "status.containerStatuses"))
+	{
+		const char *name = kj_str(cs, "name");
+		if (!name || strcmp(name, POD_CONTAINER) != 0)
+			continue;
+		const char *keys[] = {"terminated", "waiting", "running"};
+		for (size_t i = 0; i < 3; i++) {
+			const cJSON *st = kj_get(cs, "state");
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(st, keys[i]);
+			if (cJSON_IsObject(v)) {
+				*which = keys[i];
+				return v;
+			}
+		}
+	}
+	*which = NULL;
+	return NULL;
+}
+
+int session_pod_ended(const cJSON *pod, char *out, size_t n)
+{
+	const char *phase = kj_str(pod, "status.phase");
+	const char *which;
+	const cJSON *st = pod_state(pod, &which);
+	if (!phase || (strcmp(phase, "Failed") != 0 && strcmp(phase, "Succeeded") != 0))
+		return 0;
+	if (which && strcmp(which, "terminated") == 0) {
+		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
+		const char *reason = kj_str(st, "reason"), *msg = kj_str(st, "message");
+		snprintf(out, n, "the container ended (%s) with exit code %d%s%s",
+		         reason ? reason : "terminated", cJSON_IsNumber(ec) ? ec->valueint : -1,
+		         msg && *msg ? ": " : "", msg ? msg : "");
+	} else {
+		const char *reason = kj_str(pod, "status.reason"),
+		           *msg = kj_str(pod, "status.message");
+		snprintf(out, n, "the Pod stopped (phase %s%s%s%s%s)", phase, reason ? ", " : "",
+		         reason ? reason : "", msg ? ": " : "", msg ? msg : "");
+	}
+	return 1;
+}
+
+/* Setup failing is the container ending before the ready flag: its exit
+ * code and the tail of its output (the termination message). */
+static int pod_failed(struct labctx *x, struct session *s, const cJSON *pod)
+{
+	const char *which;
+	const cJSON *st = pod_state(pod, &which);
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
+	if (which && strcmp(which, "terminated") == 0 && cJSON_IsNumber(ec) && ec->valueint != 0) {
+		const char *msg = kj_str(st, "message");
+		set_stage(x, s, STAGE_SETTING_UP); /* it ran: what failed was the setup */
+		return fail(x, s, NULL, "the lab setup failed with exit code %d%s%s", ec->valueint,
+		            msg && *msg ? ": " : "", msg ? msg : "");
+	}
+	char why[1024];
+	if (!session_pod_ended(pod, why, sizeof why))
+		snprintf(why, sizeof why, "the Pod stopped");
+	return fail(x, s, NULL, "%s", why);
+}
+
+static int get_pod(struct labctx *x, const char *name, cJSON **pod)
+{
+	char *path = kube_path("pods", x->cfg->namespace_, name);
+	long code = kube_get(&x->kube, path, pod);
+	free(path);
+	return (int)code;
+}
+
+static int advance_running_pod(struct labctx *x, struct session *s, struct session_vm *vm,
+                               int overdue)
+{
+	cJSON *pod = NULL;
+	int code = get_pod(x, vm->name, &pod);
+	const char *phase = code == 200 ? kj_str(pod, "status.phase") : NULL;
+	const char *which;
+	const cJSON *st = code == 200 ? pod_state(pod, &which) : NULL;
+	const char *wreason = st && strcmp(which, "waiting") == 0 ? kj_str(st, "reason") : NULL;
+	int rc = 0;
+
+	if (code == 404) {
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
+	} else if (phase && strcmp(phase, "Running") == 0) {
+		const char *ip = kj_str(pod, "status.podIP");
+		const char *p[3] = {s->id, ip, vm->name};
+		if (db_cmd(
+		        &x->db,
+		        "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
+		        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+		        1, p) < 0 ||
+		    (ip && db_cmd(&x->db,
+		                  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
+		                  "AND vm_name = $3",
+		                  3, p) < 0))
+			rc = -1;
+		else
+			rc = reload(x, s);
+	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+		rc = pod_failed(x, s, pod);
+	} else if (wreason && (strcmp(wreason, "ErrImagePull") == 0 ||
+	                       strcmp(wreason, "ImagePullBackOff") == 0 ||
+	                       strcmp(wreason, "InvalidImageName") == 0 ||
+	                       strcmp(wreason, "ErrImageNeverPull") == 0)) {
+		/* the kubelet could not pull the lesson's image: say so now */
+		const char *msg = kj_str(st, "message");
+		set_stage(x, s, STAGE_BOOTING);
+		rc = fail(x, s, NULL, "the image could not be pulled (%s%s%s)", wreason,
+		          msg && *msg ? ": " : "", msg ? msg : "");
+	} else {
+		const cJSON *sched = code == 200 ? pod_condition(pod, "PodScheduled") : NULL;
+		const char *ss = kj_str(sched, "status");
+		int scheduled = ss && strcmp(ss, "True") == 0;
+		if (code == 200)
+			set_stage(x, s, scheduled ? STAGE_BOOTING : STAGE_SCHEDULING);
+		if (overdue) {
+			if (code == 200 && !scheduled)
+				rc = fail(
+				    x, s, NULL, "the Pod was not scheduled within %d s (%s%s%s)",
+				    s->running_timeout_s,
+				    kj_str(sched, "reason") ? kj_str(sched, "reason") : "pending",
+				    kj_str(sched, "message") ? ": " : "",
+				    kj_str(sched, "message") ? kj_str(sched, "message") : "");
+			else
+				rc = fail(x, s, NULL,
+				          "the Pod was not running within %d s (container %s)",
+				          s->running_timeout_s,
+				          wreason ? wreason
+				                  : (code == 200 ? "not started" : x->kube.msg));
+		}
+	}
+	cJSON_Delete(pod);
+	return rc;
+}
+
+static int advance_ready_pod(struct labctx *x, struct session *s, struct session_vm *vm,
+                             int overdue)
+{
+	cJSON *pod = NULL;
+	int code = get_pod(x, vm->name, &pod);
+	const char *phase = code == 200 ? kj_str(pod, "status.phase") : NULL;
+	const char *ready = kj_str(pod_condition(pod, "Ready"), "status");
+	int rc = 0;
+
+	if (code == 404) {
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
+	} else if (phase && strcmp(phase, "Running") == 0 && ready && strcmp(ready, "True") == 0) {
+		const char *p[1] = {s->id};
+		rc = db_cmd(&x->db,
+		            "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
+		            "stage = 'ready', "
+		            "expires_at = clock_timestamp() + (expires_at - created_at) "
+		            "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+		            1, p);
+		if (rc == 0)
+			rc = reload(x, s);
+	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+		rc = pod_failed(x, s, pod);
+	} else if (overdue) {
+		rc = fail(x, s, NULL, "the lab was not ready %d s after the Pod started (Ready %s)",
+		          s->ready_timeout_s,
+		          ready ? ready : (code == 200 ? "unknown" : x->kube.msg));
+	}
+	cJSON_Delete(pod);
+	return rc;
+}
+
 struct session_due session_due(const struct session *s, double now)
 {
 	struct session_due d = {DUE_NOTHING, 0, 0};
@@ -804,7 +1067,19 @@ int session_advance(struct labctx *x, struct session *s)
 	case DUE_NO_VM:
 		return fail(x, s, NULL, "the session has no VM");
 	case DUE_RUNNING:
+		if (s->runtime == RUNTIME_POD) {
+			/* one Pod: its phase, then its Ready condition (the kubelet's probe) */
+			if (advance_running_pod(x, s, &s->vms[0], d.overdue) < 0)
+				return -1;
+			d = session_due(s, s->t_now); /* Running just now: look for Ready at once */
+			if (d.what != DUE_READY)
+				return 0;
+			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
+		}
+		/* fall through */
 	case DUE_READY:
+		if (s->runtime == RUNTIME_POD)
+			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
 		break;
 	}
 	/* At most one probe (cluster, agents) in flight per session: the other

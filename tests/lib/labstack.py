@@ -302,10 +302,13 @@ class Stack:
             "kube_ca_file": os.path.join(sd, "ca.crt"),
             "database": self.database,
             "vm_capacity": str(self.capacity),
+            "pod_capacity": "32" if self.demo else "6",
             "lessons_dir": lessons,
             "label_prefix": "labvm.io",
             "ticket_key_file": key,
             "fcgi_threads": "4",
+            # tests see a keepalive comment within seconds
+            "stream_keepalive_s": "2",
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "120",
