@@ -113,8 +113,10 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 	                      c->environment, pods ? ",!kubevirt.io" : "");
 	cJSON *list = NULL;
 	/* metadata only: Secrets carry cloud-init payloads, and a long list of
-	 * them must not exceed the answer cap and stop the reaper */
-	long code = kube_list_meta(&x->kube, path, sel, &list);
+	 * them must not exceed the answer cap and stop the reaper; lab Pods are
+	 * read whole (their container status says whether a ready one died) */
+	long code = pods ? kube_list(&x->kube, path, sel, &list)
+	                 : kube_list_meta(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items"), *it;
 	double now = (double)time(NULL);
 	int rc = 0;
