@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/crypto.h>
 
@@ -31,6 +32,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "queue.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -70,6 +72,8 @@ struct start {
 	char network[64]; /* the NAD, multi only */
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
+	int want_queue;   /* "queue": true: join the line when refused for capacity */
+	const char *qid;  /* admitting this place of the line (its id is the session's) */
 	enum api_err err; /* a refusal, answered after the way back */
 	cJSON *answer;
 };
@@ -279,6 +283,12 @@ static int parse_start(struct req *r, struct start *st)
 		resp_error(r, E_UNKNOWN_LESSON, "there is no lesson \"%.100s\"", lid->valuestring);
 		return -1;
 	}
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(r->json, "queue");
+	if (q && !cJSON_IsBool(q)) {
+		resp_error(r, E_BAD_REQUEST, "\"queue\" must be true or false");
+		return -1;
+	}
+	st->want_queue = cJSON_IsTrue(q);
 	if (st->lesson->runtime == RUNTIME_POD) {
 		resp_error(r, E_NOT_IMPLEMENTED,
 		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
@@ -311,6 +321,32 @@ static enum step admit(struct req *r, struct start *st)
 		session_free(&s);
 		return STEP_REFUSED;
 	}
+	/* a place in the line is the user's open session too; admitting it
+	 * takes it out of the line (undone if the admission is refused) */
+	if (st->qid) {
+		int got = queue_claim(x, st->qid);
+		if (got < 0)
+			return STEP_DB;
+		if (!got)
+			return refuse(st, E_NOT_FOUND, "the place is no longer in line");
+	} else {
+		cJSON *place = NULL;
+		int got = queue_user_place(x, r->user, &place);
+		if (got < 0)
+			return STEP_DB;
+		if (got) {
+			refuse(st, E_SESSION_EXISTS, "you are already waiting in line for a lab");
+			jx_put(st->answer, "session", place);
+			return STEP_REFUSED;
+		}
+	}
+	/* never fits: more machines than the whole capacity (no line either) */
+	if ((long)st->n > c->vm_capacity) {
+		refuse(st, E_NEVER_FITS, "this lesson needs more lab machines than this lab has");
+		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "seats", (double)st->n);
+		return STEP_REFUSED;
+	}
 
 	/* 3: the golden disk, or the silent fallback: per machine */
 	for (size_t i = 0; i < st->n; i++) {
@@ -335,6 +371,12 @@ static enum step admit(struct req *r, struct start *st)
 	 * wait behind the admissions; the count that admits is the one taken
 	 * under the lock, which is held until every machine is submitted. */
 	long need = (long)st->n;
+	/* the line first: the seats its places ahead need are not free for this
+	 * start (a fresh start sees the whole line, a place those ahead of it) */
+	long line = queue_seats_ahead(x, queue_pool(st->lesson), st->qid);
+	if (line < 0)
+		return STEP_DB;
+	need += line;
 	long code = count_lab_vms(x, &st->in_use);
 	if (code != 200 || st->in_use + need <= c->vm_capacity) {
 		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
@@ -354,7 +396,9 @@ static enum step admit(struct req *r, struct start *st)
 		           : "all lab machines are in use: try again shortly");
 		jx_add_num(st->answer, "capacity", c->vm_capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
-		jx_add_num(st->answer, "seats", (double)need);
+		jx_add_num(st->answer, "seats", (double)st->n);
+		jx_add_num(st->answer, "queued", (double)line);
+		jx_add_bool(st->answer, "can_queue", 1);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
 		return STEP_REFUSED;
@@ -368,7 +412,9 @@ static enum step submission(struct req *r, struct start *st)
 	struct labctx *x = r->x;
 	char why[1024];
 
-	if (util_uuid4(st->sid) < 0)
+	if (st->qid)
+		snprintf(st->sid, sizeof st->sid, "%s", st->qid);
+	else if (util_uuid4(st->sid) < 0)
 		return refuse(st, E_INTERNAL, "no randomness available");
 	for (size_t i = 0; i < st->n; i++) {
 		struct start_vm *v = &st->vms[i];
@@ -403,10 +449,70 @@ static enum step submission(struct req *r, struct start *st)
 	return STEP_OK;
 }
 
+/* Admission and submission of a parsed start; on a refusal the one way back
+ * (the cluster objects, then the transaction and its locks) has run, except
+ * for a capacity refusal of a start that asked to join the line: that one
+ * is still open, with the user's lock held, for queue_join(). */
+static enum step run_start(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	st->n = lesson_nmachines(st->lesson);
+	st->multi = st->lesson->nmachines > 0;
+	st->vms = xcalloc(st->n, sizeof *st->vms);
+	for (size_t i = 0; i < st->n; i++)
+		st->vms[i].m = lesson_machine(st->lesson, i);
+	enum step rc = admit(r, st);
+	if (rc == STEP_OK)
+		rc = submission(r, st);
+	for (size_t i = 0; i < st->n; i++)
+		OPENSSL_cleanse(st->vms[i].token, sizeof st->vms[i].token);
+	if (rc != STEP_OK) {
+		if (st->created)
+			undo_submit(x, st);
+		if (!(rc == STEP_REFUSED && st->err == E_CAPACITY_FULL && st->want_queue))
+			db_rollback(&x->db);
+		return rc;
+	}
+	for (size_t i = 0; i < st->n; i++)
+		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
+		         "use%s)",
+		         r->user, st->lesson->id, st->sid, st->vms[i].names.vm,
+		         lesson_disk_str(st->vms[i].disk), st->vms[i].fallback ? ", fallback " : "",
+		         st->vms[i].fallback ? st->vms[i].fallback : "", st->in_use + (long)i + 1,
+		         x->cfg->vm_capacity, st->qid ? ", from the line" : "");
+	return STEP_OK;
+}
+
+/* Refused for capacity only, asked to wait: the place in line (202). */
+static enum hres join_line(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	char qid[37];
+	if (queue_join(x, r->user, st->lesson, (long)st->n, qid) < 0 || db_commit(&x->db) < 0) {
+		db_rollback(&x->db);
+		return api_db_error(r);
+	}
+	log_info("queue: user %s joined the line for lesson %s (place %s)", r->user,
+	         st->lesson->id, qid);
+	cJSON *o = queue_place_json(x, qid);
+	if (!o) {
+		resp_error(r, E_DB_UNAVAILABLE, "the place was taken but cannot be read");
+		return H_DONE;
+	}
+	/* what the student was told on joining, for the estimate's error */
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
+	const char *p[3] = {qid, kj_str(q, "estimate"), kj_str(q, "no_later_than")};
+	db_cmd(&x->db,
+	       "UPDATE session_queue SET estimate_at = $2::timestamptz, bound_at = "
+	       "$3::timestamptz WHERE id = $1::uuid",
+	       3, p);
+	resp_json(r, 202, o);
+	return H_DONE;
+}
+
 enum hres api_session_create(struct req *r)
 {
 	struct labctx *x = r->x;
-	const struct cfg *c = x->cfg;
 	struct start st;
 	struct session s;
 	enum hres h = H_DONE;
@@ -414,36 +520,24 @@ enum hres api_session_create(struct req *r)
 	memset(&st, 0, sizeof st);
 	if (parse_start(r, &st) < 0)
 		return H_DONE;
-	st.n = lesson_nmachines(st.lesson);
-	st.multi = st.lesson->nmachines > 0;
-	st.vms = xcalloc(st.n, sizeof *st.vms);
-	for (size_t i = 0; i < st.n; i++)
-		st.vms[i].m = lesson_machine(st.lesson, i);
-	enum step rc = admit(r, &st);
-	if (rc == STEP_OK)
-		rc = submission(r, &st);
-	for (size_t i = 0; i < st.n; i++)
-		OPENSSL_cleanse(st.vms[i].token, sizeof st.vms[i].token);
+	enum step rc = run_start(r, &st);
+	free(st.vms);
 	if (rc != STEP_OK) {
-		/* the one way back: the cluster objects, then the transaction and its locks */
-		if (st.created)
-			undo_submit(x, &st);
-		db_rollback(&x->db);
-		if (rc == STEP_DB)
+		int seats_free = st.err == E_CAPACITY_FULL && st.in_use < x->cfg->vm_capacity;
+		if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL && st.want_queue) {
+			cJSON_Delete(st.answer);
+			buf_free(&r->headers); /* no Retry-After on a 202 */
+			h = join_line(r, &st);
+		} else if (rc == STEP_DB) {
 			h = api_db_error(r);
-		else
+		} else {
 			resp_error_json(r, st.err, st.answer);
-		free(st.vms);
+		}
+		/* free seats held back for the line: move it */
+		if (seats_free)
+			queue_pump(x);
 		return h;
 	}
-	for (size_t i = 0; i < st.n; i++)
-		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
-		         "use)",
-		         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
-		         lesson_disk_str(st.vms[i].disk), st.vms[i].fallback ? ", fallback " : "",
-		         st.vms[i].fallback ? st.vms[i].fallback : "", st.in_use + (long)i + 1,
-		         c->vm_capacity);
-	free(st.vms);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;
@@ -451,6 +545,52 @@ enum hres api_session_create(struct req *r)
 	resp_json(r, 201, session_json(&s));
 	session_free(&s);
 	return H_DONE;
+}
+
+int api_start_queued(struct labctx *x, const char *qid, const char *user, const char *lesson)
+{
+	struct req q;
+	struct start st;
+	struct timespec ts;
+
+	memset(&q, 0, sizeof q);
+	memset(&st, 0, sizeof st);
+	q.x = x;
+	q.user = (char *)user;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	q.t_wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	st.qid = qid;
+	st.lesson = lessons_find(x->lessons, lesson);
+	if (!st.lesson || st.lesson->runtime == RUNTIME_POD) {
+		const char *p[2] = {qid, "the lesson is no longer offered"};
+		db_cmd(&x->db,
+		       "UPDATE session_queue SET state = 'failed', ended_at = now(), error = $2 "
+		       "WHERE id = $1::uuid AND state = 'waiting'",
+		       2, p);
+		log_warn("queue: place %s of user %s dropped: lesson %s is not offered", qid, user,
+		         lesson);
+		return 2;
+	}
+	enum step rc = run_start(&q, &st);
+	free(st.vms);
+	buf_free(&q.headers);
+	if (rc == STEP_OK) {
+		log_info("queue: user %s admitted from the line (session %s)", user, qid);
+		cJSON_Delete(st.answer);
+		return 1;
+	}
+	int out = rc == STEP_DB ? -1 : 0;
+	if (rc == STEP_REFUSED && (st.err == E_SESSION_EXISTS || st.err == E_NEVER_FITS)) {
+		/* it could never be admitted: out of the line, so it does not block it */
+		const char *p[2] = {qid, kj_str(st.answer, "message")};
+		db_cmd(&x->db,
+		       "UPDATE session_queue SET state = 'failed', ended_at = now(), error = $2 "
+		       "WHERE id = $1::uuid AND state = 'waiting'",
+		       2, p);
+		out = 2;
+	}
+	cJSON_Delete(st.answer);
+	return out;
 }
 
 /* ------------------------------------------------------------ read / end */
@@ -469,6 +609,8 @@ enum hres api_session_delete(struct req *r)
 			resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again");
 			return H_DONE;
 		}
+		/* a seat freed (once its VM is gone): the line's head may take it */
+		queue_pump(r->x);
 	} else {
 		/* ended or failed already: make sure nothing is left (idempotent) */
 		session_delete_objects(r->x, s);

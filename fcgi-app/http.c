@@ -32,6 +32,7 @@ static const struct {
     [E_DB_UNAVAILABLE] = {"db_unavailable", 503},
     [E_CLUSTER_UNAVAILABLE] = {"cluster_unavailable", 503},
     [E_CAPACITY_FULL] = {"capacity_full", 503},
+    [E_NEVER_FITS] = {"never_fits", 409},
 };
 
 static const char *status_text(int s)
@@ -41,6 +42,8 @@ static const char *status_text(int s)
 		return "OK";
 	case 201:
 		return "Created";
+	case 202:
+		return "Accepted";
 	case 400:
 		return "Bad Request";
 	case 401:

@@ -36,6 +36,7 @@ enum api_err {
 	E_DB_UNAVAILABLE,         /* 503 db_unavailable */
 	E_CLUSTER_UNAVAILABLE,    /* 503 cluster_unavailable */
 	E_CAPACITY_FULL,          /* 503 capacity_full */
+	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 };
 
 struct req {

@@ -20,6 +20,7 @@ struct cfg {
 	char *database; /* libpq conninfo: SECRET */
 	int vm_capacity;
 	int retry_after_s;
+	int queue_lapse_s; /* a place in line lapses after this long without a poll */
 	char *lessons_dir;
 	char *label_prefix;
 	char *ticket_key_file;

@@ -18,6 +18,7 @@ def reset_world(kube=None, db=None):
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
+    db.query("UPDATE session_queue SET state = 'left', ended_at = now() WHERE state = 'waiting'")
     for kind in ("virtualmachines", "secrets", "network-attachment-definitions"):
         for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
             kube.delete(kind, o["metadata"]["name"])
