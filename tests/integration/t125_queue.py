@@ -221,6 +221,31 @@ def end_admits_head():
     end_all(holders[1:])
 
 
+@t.test(name="a seat free while the line waits: a newcomer's start is refused, and its request admits the head")
+def newcomer_behind_line():
+    reset_world(kube, db)
+    holders = fill()
+    a = Api("student230")
+    sid = join(a).json["id"]
+    # one seat frees without any labvm request seeing it (nobody pumps yet)
+    u, hs = holders[0]
+    vm = Api(u).get(hs).json["vms"][0]["name"]
+    db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
+             "WHERE id = %s", hs)
+    kube.delete("virtualmachines", vm)
+    wait_until(lambda: len(kube.lab_vms()) < CAPACITY, 30, what="a seat free in the cluster")
+    t.eq(db.one("SELECT state FROM session_queue WHERE id = %s", sid), ("waiting",),
+         "the head still waits")
+    r = Api("student278").start(LESSON)
+    t.eq((r.status, r.json.get("error"), r.json.get("queued")), (503, "capacity_full", 1),
+         "the newcomer is refused: the free seat is the line's", r.json)
+    t.eq(db.one("SELECT state FROM session_queue WHERE id = %s", sid), ("admitted",),
+         "the newcomer's request admitted the head")
+    t.eq(a.get(sid).json["state"] in ("starting", "ready"), True, "the head's session runs")
+    a.end(sid)
+    end_all(holders[1:])
+
+
 def lighttpd_fcgi_pids():
     out = []
     for pid in os.listdir("/proc"):
