@@ -30,6 +30,21 @@ window.LABVM_TEXTS = {
     'capacity.now': 'You can try again now.',
     'capacity.retry': 'Try again',
 
+    'queue.join': 'Wait in line',
+    'queue.offer': 'Or wait in line: your lab starts by itself when a machine frees, in the order students joined.',
+    'queue.heading': 'Waiting in line: {title}',
+    'queue.position': '{ord} in line',
+    'queue.next': 'You are next in line',
+    'queue.estimate': 'Likely start: about {at} (in {wait})',
+    'queue.estimateSoon': 'Likely start: any moment now',
+    'queue.bound': 'At the latest when enough running labs reach their time limit: {at} (in {wait}).',
+    'queue.unknown': 'No estimate yet: the machines ahead are used by other classes.',
+    'queue.keep': 'Keep this page open: your lab starts by itself when it is your turn.',
+    'queue.leave': 'Leave the line',
+    'queue.lapsed': 'Your place in line lapsed because this page did not check in for a while. Start again to join the line anew.',
+    'queue.left': 'You left the line.',
+    'error.never_fits': 'This lesson needs more lab machines than this lab has: it cannot be started here.',
+
     'exists.note': 'You already have a lab open (perhaps in another tab or window): here it is.',
 
     'stage.submitted': 'Request submitted',
@@ -132,6 +147,21 @@ window.LABVM_TEXTS = {
     'capacity.when': '{wait}後 ({at} 頃) にもう一度お試しください。',
     'capacity.now': 'もう一度お試しいただけます。',
     'capacity.retry': 'もう一度試す',
+
+    'queue.join': '順番待ちに並ぶ',
+    'queue.offer': '順番待ちに並ぶこともできます。マシンが空くと、並んだ順に演習が自動で始まります。',
+    'queue.heading': '順番待ち: {title}',
+    'queue.position': '{ord}番目',
+    'queue.next': '次はあなたの番です',
+    'queue.estimate': '開始の見込み: {at} 頃 (あと {wait})',
+    'queue.estimateSoon': '開始の見込み: まもなく',
+    'queue.bound': '遅くとも、使用中の演習が制限時間に達する {at} (あと {wait}) までに始まります。',
+    'queue.unknown': '見込みはまだ出せません (前のマシンは他のクラスが使用中です)。',
+    'queue.keep': 'このページを開いたままにしてください。順番が来ると演習が自動で始まります。',
+    'queue.leave': '順番待ちをやめる',
+    'queue.lapsed': 'このページからの確認がしばらくなかったため、順番待ちの場所は失効しました。もう一度開始すると、列の最後に並び直せます。',
+    'queue.left': '順番待ちをやめました。',
+    'error.never_fits': 'このレッスンはこの環境の演習マシンの台数を超えるため、開始できません。',
 
     'exists.note': 'すでに演習が開いています (別のタブやウィンドウかもしれません)。ここに表示します。',
 
