@@ -80,6 +80,9 @@ struct opts {
 	int end_existing;  /* end a bench user's open session before starting */
 	char *sim_profile; /* simulator only: POST /_sim/profile for the run */
 	double sim_time_scale;
+	int pool;            /* readiness --pool P: cold beside a warm pool of P (poolbench.c) */
+	int class_users;     /* ... --class U: U presses at once against that pool */
+	char *operator_name; /* ... the operator who warms the pool */
 
 	/* report */
 	char *since, *until;
@@ -336,6 +339,9 @@ cJSON *bench_stats_json(const struct stats *s, int digits, int quartiles);
 /* ------------------------------------------------------------- commands */
 
 int cmd_readiness(struct opts *o);
+/* readiness --pool: press-to-ready with a warm pool beside cold starts (poolbench.c);
+ * k: cluster read access for --class's VM count, or NULL. */
+int bench_pool_run(struct opts *o, struct kube *k, const char *profile);
 int cmd_report(struct opts *o);
 int cmd_api(struct opts *o);
 int cmd_burst(struct opts *o);

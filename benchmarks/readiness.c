@@ -75,6 +75,9 @@ static void fill_server(struct rsample *x, const cJSON *s)
 	double created = bench_parse_time(kj_str(s, "created_at"));
 	bench_copy(x->created_at, sizeof x->created_at, kj_str(s, "created_at"));
 	bench_copy(x->disk_source, sizeof x->disk_source, kj_str(s, "disk.source"));
+	/* a pod lesson has no disk: its group is the runtime */
+	if (!x->disk_source[0] && kj_str(s, "runtime") && strcmp(kj_str(s, "runtime"), "pod") == 0)
+		bench_copy(x->disk_source, sizeof x->disk_source, "pod");
 	bench_copy(x->fallback_reason, sizeof x->fallback_reason,
 	           kj_str(s, "disk.fallback_reason"));
 	x->s_submitted = since_created(s, "submitted_at", created);
@@ -249,7 +252,9 @@ static int run_job(struct rrun *r, size_t j, int uidx, struct kube *k)
 		state = kj_str(g, "state");
 		if (kj_str(g, "running_at") && !isfinite(x->c_running)) {
 			x->c_running = t;
-			if (k && vm[0])
+			/* a Pod has no VMI: its cluster-side time is not measured */
+			if (k && vm[0] &&
+			    !(kj_str(g, "runtime") && strcmp(kj_str(g, "runtime"), "pod") == 0))
 				x->k_running = vmi_running(r, k, vm, kj_str(g, "created_at"));
 		}
 		if (strcmp(state, "ready") == 0) {
@@ -451,6 +456,15 @@ int cmd_readiness(struct opts *o)
 		}
 	}
 
+	if (o->pool > 0) {
+		/* the warm pool beside cold starts (poolbench.c) */
+		rc = bench_pool_run(o, have_kube ? &k : NULL, profile);
+		if (have_kube && o->sim_profile && prev_profile[0])
+			bench_sim_profile(&k, prev_profile, prev_scale, NULL, 0, NULL);
+		if (have_kube)
+			bench_kube_free(&kc, &k);
+		return rc;
+	}
 	r.o = o;
 	r.have_kube = have_kube;
 	pthread_mutex_init(&r.mu, NULL);

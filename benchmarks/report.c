@@ -58,7 +58,8 @@ int cmd_report(struct opts *o)
 	const char *p[4] = {o->environment, since, until, lessons};
 	PGresult *res = db_exec(
 	    &d,
-	    "SELECT id::text, lesson, COALESCE(disk_source, 'unknown'), disk_fallback_reason, "
+	    "SELECT id::text, lesson, COALESCE(disk_source, CASE WHEN runtime = 'pod' THEN 'pod' "
+	    "ELSE 'unknown' END), disk_fallback_reason, "
 	    "state, stage, end_reason, error, "
 	    "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
 	    "extract(epoch from submitted_at - created_at), "

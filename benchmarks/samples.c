@@ -203,9 +203,10 @@ void rset_print(const struct rset *r, FILE *f, int show_client)
 			fputc('\n', f);
 			continue;
 		}
-		fprintf(f, "\n%s, disk %s: %zu started, %zu ready, %zu failed%s%s%s", g->lesson,
-		        g->disk_source, g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "",
-		        g->fail_stages, g->fail_stages[0] ? ")" : "");
+		fprintf(f, "\n%s, %s %s: %zu started, %zu ready, %zu failed%s%s%s", g->lesson,
+		        strcmp(g->disk_source, "pod") == 0 ? "runtime" : "disk", g->disk_source,
+		        g->n, g->ready, g->failed, g->fail_stages[0] ? " (" : "", g->fail_stages,
+		        g->fail_stages[0] ? ")" : "");
 		if (g->other)
 			fprintf(f, ", %zu neither (ended, timed out or interrupted)", g->other);
 		fputc('\n', f);

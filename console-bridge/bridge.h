@@ -1,4 +1,5 @@
-/* bridge.h - labvm-console: browser WebSocket <-> KubeVirt VMI serial console.
+/* bridge.h - labvm-console: browser WebSocket <-> KubeVirt VMI serial console,
+ * or a lab Pod's exec stream (a shell on a tty).
  *
  * Browser protocol "labvm-console.v1" (the front end proxies /console/ here):
  *
@@ -11,8 +12,10 @@
  *                                                       (first the replay of recent output)
  *              {"type":"closed","code":N,"reason":"..."}  sent just before a close frame
  *                                                       with the same code and reason
- *            browser -> server: ignored (e.g. {"type":"resize",...}: a serial line has
- *              no window size)
+ *            browser -> server
+ *              {"type":"resize","cols":C,"rows":R}  the terminal's size: a Pod's exec
+ *                                                       tty takes it (channel 4); a VM's
+ *                                                       serial line has none (ignored)
  *
  *   close codes
  *     4400  bad console URL (no session id in the path)
@@ -53,6 +56,7 @@
  *   upstream.h    the interface a session talks to (open, write, pause/resume,
  *                 close; events opened/data/drained/closed), one per kind:
  *   upstream_kubevirt.c   the VMI console (plain.kubevirt.io)
+ *   upstream_podexec.c    a Pod's exec stream (v5/v4.channel.k8s.io)
  *   kubeapi.c     the API server's address and the rotating bearer token
  *   bytequeue.c   the chunked byte queue and the replay ring (unit tested)
  *   db.c          the database worker thread

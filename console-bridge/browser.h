@@ -40,6 +40,7 @@ struct bconn {
 	char sid[37];
 	char user[256];
 	char vm[64];
+	int pod; /* the session runs in a Pod (the database says): its exec stream */
 	char peer[64];
 	int killed;      /* closing took too long: dropped */
 	char *http_body; /* HTTP: the stats answer being sent */

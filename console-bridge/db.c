@@ -245,11 +245,12 @@ static void run_check(struct db_req *q)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			break;
-		res = PQexecParams(W.pg,
-		                   "SELECT s.user_name, s.state, v.vm_name FROM sessions s "
-		                   "JOIN session_vms v ON v.session_id = s.id "
-		                   "WHERE s.id = $1 AND s.environment = $2",
-		                   2, NULL, params, NULL, NULL, 0);
+		res = PQexecParams(
+		    W.pg,
+		    "SELECT s.user_name, s.state, v.vm_name, s.runtime FROM sessions s "
+		    "JOIN session_vms v ON v.session_id = s.id "
+		    "WHERE s.id = $1 AND s.environment = $2",
+		    2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
 		log_warn("session %s: database check: %s", q->sid, PQresultErrorMessage(res));
@@ -277,6 +278,7 @@ static void run_check(struct db_req *q)
 		r->status = DB_OK;
 		snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, i, 0));
 		r->state = session_state_parse(PQgetvalue(res, i, 1));
+		snprintf(r->runtime, sizeof r->runtime, "%s", PQgetvalue(res, i, 3));
 		break;
 	}
 	PQclear(res);

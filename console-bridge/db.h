@@ -20,6 +20,7 @@ struct db_result {
 	char sid[37];     /* DB_CHECK, DB_ENDED */
 	char user[256];   /* DB_CHECK: owner */
 	int state;        /* DB_CHECK: enum session_state of sessions.state, -1 if unknown */
+	char runtime[8];  /* DB_CHECK: sessions.runtime ("vm" | "pod") */
 	int up;           /* DB_STATUS: database reachable */
 };
 

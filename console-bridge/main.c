@@ -142,6 +142,7 @@ static const struct lws_protocols server_protocols[] = {
 /* one per upstream kind (upstream.h) */
 static const struct lws_protocols client_protocols[] = {
     {UPSTREAM_KUBEVIRT_LOCAL, upstream_kubevirt_callback, 0, 4096, 0, NULL, 0},
+    {UPSTREAM_PODEXEC_LOCAL, upstream_podexec_callback, 0, 4096, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0}};
 
 static const struct lws_protocols event_protocols[] = {

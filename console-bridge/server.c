@@ -209,6 +209,7 @@ void server_check_answer(const struct db_result *r)
 		bc_close(c, BS_CLOSE_ENDED, reason, 0);
 		return;
 	}
+	c->pod = strcmp(r->runtime, "pod") == 0;
 	lws_rx_flow_control(c->wsi, 1);
 	c->rx_paused = 0;
 	bs_attach(c);
@@ -375,8 +376,12 @@ int server_callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 	case LWS_CALLBACK_RECEIVE:
 		if (c->state != BC_ATTACHED)
 			return 0; /* closing, or (with RX paused) not yet checked */
-		if (!lws_frame_is_binary(wsi))
-			return 0; /* control messages: nothing to do for a serial line */
+		if (!lws_frame_is_binary(wsi)) {
+			/* control messages: {"type":"resize","cols":C,"rows":R} (one frame) */
+			if (lws_is_first_fragment(wsi) && lws_is_final_fragment(wsi))
+				bs_browser_control(c, in, len);
+			return 0;
+		}
 		bs_browser_input(c, in, len);
 		return 0;
 

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "bridge.h"
 #include "db.h"
 #include "log.h"
@@ -42,8 +44,9 @@ static struct bsession *bs_new(const struct bconn *c)
 	memcpy(s->sid, c->sid, sizeof s->sid);
 	memcpy(s->user, c->user, sizeof s->user);
 	memcpy(s->vm, c->vm, sizeof s->vm);
-	/* the one place that picks the upstream kind (a Pod's exec stream comes next) */
-	s->up_ops = &upstream_kubevirt_console;
+	/* the one place that picks the upstream kind */
+	s->pod = c->pod;
+	s->up_ops = c->pod ? &upstream_pod_exec : &upstream_kubevirt_console;
 	lws_dll2_add_head(&s->list, &B->sessions);
 	return s;
 }
@@ -95,7 +98,7 @@ int bs_attach(struct bconn *c)
 {
 	struct bsession *s = bs_find(c->sid);
 
-	if (s && (strcmp(s->user, c->user) || strcmp(s->vm, c->vm))) {
+	if (s && (strcmp(s->user, c->user) || strcmp(s->vm, c->vm) || s->pod != c->pod)) {
 		/* checked against the database just now; a stale session object
 		 * (e.g. a VM replaced) gives way to the new facts */
 		bs_close(s, BS_CLOSE_ENDED, "session changed");
@@ -304,6 +307,25 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 	B->st.bytes_up += n;
 	if (s->up_ops->queued(s->up) > BS_UP_HIGH)
 		bc_rx(c, 0); /* from its next writeable, see upstream.h */
+}
+
+void bs_browser_control(struct bconn *c, const void *p, size_t n)
+{
+	struct bsession *s = c->sess;
+	if (!s || s->dead || !s->up || !s->up_ops->resize || n > 512)
+		return; /* a serial console has no window size */
+	cJSON *o = cJSON_ParseWithLength(p, n);
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(o, "cols");
+	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
+	if (cJSON_IsString(type) && strcmp(type->valuestring, "resize") == 0 &&
+	    cJSON_IsNumber(cols) && cJSON_IsNumber(rows) && cols->valuedouble >= 1 &&
+	    rows->valuedouble >= 1 && cols->valuedouble <= 1000 && rows->valuedouble <= 1000) {
+		/* the last tab to say its size sets it (tabs share one terminal) */
+		if (s->up_ops->resize(s->up, cols->valueint, rows->valueint) < 0)
+			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
+	}
+	cJSON_Delete(o);
 }
 
 /* ------------------------------------------------------------------ timers */

@@ -22,6 +22,7 @@ struct bsession {
 	char user[256];
 	char vm[64];
 	const struct upstream_ops *up_ops; /* the upstream kind */
+	int pod;                           /* a Pod's exec stream (else a VMI console) */
 	struct upstream *up;               /* NULL: none (yet, or any more) */
 	enum up_state up_state;
 	lws_dll2_owner_t conns; /* attached browsers (struct bconn.in_sess) */
@@ -47,6 +48,9 @@ void bs_close_all(int code, const char *reason);
 
 /* From the browser side (server.c) */
 void bs_browser_input(struct bconn *c, const void *p, size_t n);
+/* A text message from the browser: a resize goes to an upstream that has a
+ * window size (a Pod's exec tty); anything else is ignored. */
+void bs_browser_control(struct bconn *c, const void *p, size_t n);
 void bs_browser_drained(struct bconn *c); /* its output fell to BS_DOWN_LOW */
 
 /* From main.c */

@@ -7,6 +7,9 @@
  *
  *   upstream_kubevirt_console   the VMI "console" subresource, subprotocol
  *                               plain.kubevirt.io: raw bytes in binary frames
+ *   upstream_pod_exec           a Pod's "exec" subresource with a tty,
+ *                               v5.channel.k8s.io (or v4): a channel byte on
+ *                               every frame (upstream_podexec.c)
  *
  * Contract (everything on the lws service thread):
  *   - open() starts connecting and returns the upstream, or NULL when that
@@ -50,6 +53,9 @@ struct upstream_ops {
 	size_t (*queued)(const struct upstream *u);
 	void (*rx)(struct upstream *u, int enable);
 	void (*close)(struct upstream *u, int going_away);
+	/* the terminal's size; NULL for a kind without one (a serial line).
+	 * May be called before opened(): the last size goes out then. */
+	int (*resize)(struct upstream *u, int cols, int rows); /* 0, or -1 on OOM */
 };
 
 /* upstream_kubevirt.c */
@@ -57,5 +63,11 @@ struct upstream_ops {
 extern const struct upstream_ops upstream_kubevirt_console;
 int upstream_kubevirt_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
                                void *in, size_t len);
+
+/* upstream_podexec.c */
+#define UPSTREAM_PODEXEC_LOCAL "podexec-upstream"
+extern const struct upstream_ops upstream_pod_exec;
+int upstream_podexec_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user,
+                              void *in, size_t len);
 
 #endif

@@ -45,6 +45,10 @@ enum hres api_operator_overview(struct req *r);
 enum hres api_operator_end(struct req *r);
 /* After each answer: count the events the database cannot derive (api_metrics.c). */
 void api_metrics_request_done(struct req *r);
+/* the warm pool, for operators (api_pool.c) */
+enum hres api_pool_get(struct req *r);
+enum hres api_pool_warm(struct req *r);
+enum hres api_pool_cancel(struct req *r);
 
 /* Answer 503 for a database failure, or H_DB_LOST when a retry may help. */
 enum hres api_db_error(struct req *r);

@@ -42,6 +42,8 @@ enum hres api_lessons(struct req *r)
 			for (size_t j = 0; j < l->nmachines; j++)
 				jx_push_str(ms, l->machines[j].machine);
 		}
+		if (l->warm)
+			jx_add_num(e, "warm", l->warm);
 		jx_push(a, e);
 	}
 	resp_json(r, 200, o);

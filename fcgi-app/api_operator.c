@@ -3,7 +3,8 @@
  *
  *   GET  /api/operator/overview[?n=N]   today's sessions, capacity, the
  *        readiness of the last N starts (default 50, at most 1000), recent
- *        failures with their stage and error, the warm pool (none yet)
+ *        failures with their stage and error, the warm pool (pool.h:
+ *        warm requests, per lesson target/starting/ready/claimed/failed)
  *   POST /api/operator/sessions/{id}/end   end a session (end_reason
  *        "operator"); its VM and Secret are deleted as on a user's end
  */
@@ -15,6 +16,7 @@
 #include "jsonx.h"
 #include "kube.h"
 #include "log.h"
+#include "pool.h"
 #include "session.h"
 
 int api_is_operator(const struct cfg *c, const char *user); /* api_metrics.c */
@@ -156,8 +158,11 @@ enum hres api_operator_overview(struct req *r)
 	free(sel);
 	free(path);
 
-	cJSON *wp = jx_add_obj(o, "warm_pool");
-	jx_add_bool(wp, "available", 0);
+	cJSON *wp = pool_status_json(x);
+	if (!wp)
+		wp = jx_obj();
+	jx_add_bool(wp, "available", 1);
+	jx_put(o, "warm_pool", wp);
 	resp_json(r, 200, o);
 	return H_DONE;
 }

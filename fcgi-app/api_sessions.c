@@ -4,6 +4,7 @@
  *
  *   1. pg_advisory_xact_lock on the user      -> a double click yields one session
  *   2. an open session?                       -> 409 session_exists, naming it
+ *   2b. a ready VM of the lesson's warm pool? -> claim it (pool.c): ready at once
  *   3. golden disk usable?                    -> else containerDisk, reason recorded
  *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
  *      (a cluster already full is refused before queueing for the lock)
@@ -32,6 +33,8 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "podexec.h"
+#include "pool.h"
 #include "queue.h"
 #include "session.h"
 #include "ticket.h"
@@ -72,8 +75,10 @@ struct start {
 	char network[64]; /* the NAD, multi only */
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
+	int claimed;      /* a warm pool VM was claimed (2b): nothing to submit */
 	int want_queue;   /* "queue": true: join the line when refused for capacity */
 	const char *qid;  /* admitting this place of the line (its id is the session's) */
+	long line;        /* seats the waiting line holds ahead of this start */
 	enum api_err err; /* a refusal, answered after the way back */
 	cJSON *answer;
 };
@@ -89,11 +94,16 @@ static enum step refuse(struct start *st, enum api_err e, const char *message)
 	return STEP_REFUSED;
 }
 
-/* Count lab VMs in the cluster: every environment, terminating ones included. */
-static long count_lab_vms(struct labctx *x, long *in_use)
+/* Count lab VMs (or lab Pods) in the cluster: every environment, terminating
+ * ones included. A VM's virt-launcher pod carries the lab labels too (they
+ * reach it through the VMI), so lab Pods are the labelled pods that are not
+ * launchers (no kubevirt.io label). */
+static long count_lab(struct labctx *x, enum lesson_runtime rt, long *in_use)
 {
-	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
-	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
+	int pod = rt == RUNTIME_POD;
+	char *path = kube_path(pod ? "pods" : "virtualmachines", x->cfg->namespace_, NULL);
+	char *sel = pod ? xasprintf("%s=true,!kubevirt.io", x->cfg->label.lab_session)
+	                : xasprintf("%s=true", x->cfg->label.lab_session);
 	long code = kube_count(&x->kube, path, sel, in_use);
 	free(sel);
 	free(path);
@@ -113,7 +123,7 @@ static int insert_rows(struct req *r, const struct start *st)
 	                     l->id,
 	                     lesson_runtime_str(l->runtime),
 	                     r->x->cfg->environment,
-	                     lesson_disk_str(st->vms[0].disk),
+	                     l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(st->vms[0].disk),
 	                     st->vms[0].fallback,
 	                     rto,
 	                     yto,
@@ -135,10 +145,10 @@ static int insert_rows(struct req *r, const struct start *st)
 		snprintf(ord, sizeof ord, "%d", (int)i);
 		const char *q[9] = {st->sid,
 		                    v->names.vm,
-		                    v->names.secret,
+		                    l->runtime == RUNTIME_POD ? v->names.files : v->names.secret,
 		                    v->token,
 		                    v->names.machine[0] ? v->names.machine : NULL,
-		                    lesson_disk_str(v->disk),
+		                    l->runtime == RUNTIME_POD ? NULL : lesson_disk_str(v->disk),
 		                    v->fallback,
 		                    st->multi ? v->net.address : NULL,
 		                    ord};
@@ -157,12 +167,62 @@ static int insert_rows(struct req *r, const struct start *st)
  * their Secrets, then the session network. */
 static void undo_submit(struct labctx *x, const struct start *st)
 {
+	if (st->lesson->runtime == RUNTIME_POD) {
+		delete_quiet(x, "pods", st->vms[0].names.vm);
+		delete_quiet(x, "secrets", st->vms[0].names.files);
+		return;
+	}
 	for (size_t i = 0; i < st->n; i++) {
 		delete_quiet(x, "virtualmachines", st->vms[i].names.vm);
 		delete_quiet(x, "secrets", st->vms[i].names.secret);
 	}
 	if (st->multi)
 		delete_quiet(x, "network-attachment-definitions", st->network);
+}
+
+/* A pod lesson: the files Secret, the Pod, the Secret owned by the Pod. */
+static int submit_pod(struct req *r, struct start *st, char *why, size_t whylen)
+{
+	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
+	cJSON *secret = manifest_pod_secret(c, &st->vms[0].names, st->lesson);
+	cJSON *pod = manifest_pod(c, &st->vms[0].names, st->lesson);
+	cJSON *created = NULL, *patch = NULL;
+	char *spath = kube_path("secrets", c->namespace_, NULL);
+	char *ppath = kube_path("pods", c->namespace_, NULL);
+	char *opath = kube_path("secrets", c->namespace_, st->vms[0].names.files);
+	int rc = -1;
+	long code;
+
+	st->created = 1;
+	code = kube_create(&x->kube, spath, secret, NULL);
+	if (code != 201 && code != 200) {
+		snprintf(why, whylen, "creating the lab files Secret: %s", x->kube.msg);
+		goto out;
+	}
+	code = kube_create(&x->kube, ppath, pod, &created);
+	const char *uid = kj_str(created, "metadata.uid");
+	if ((code != 201 && code != 200) || !uid) {
+		snprintf(why, whylen, "creating the Pod: %s",
+		         x->kube.msg[0] ? x->kube.msg : "no uid in the answer");
+		goto out;
+	}
+	patch = manifest_pod_owner_patch(st->vms[0].names.vm, uid);
+	code = kube_merge_patch(&x->kube, opath, patch, NULL);
+	if (code != 200) {
+		snprintf(why, whylen, "making the Secret owned by the Pod: %s", x->kube.msg);
+		goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(secret);
+	cJSON_Delete(pod);
+	cJSON_Delete(created);
+	cJSON_Delete(patch);
+	free(spath);
+	free(ppath);
+	free(opath);
+	return rc;
 }
 
 /* "ADDRESS NAME" lines for /etc/hosts: every machine of the session. */
@@ -270,7 +330,7 @@ out:
 	return rc;
 }
 
-/* The request: a lesson that exists and runs in a VM. 0 ok, -1 answered. */
+/* The request: a lesson that exists. 0 ok, -1 answered. */
 static int parse_start(struct req *r, struct start *st)
 {
 	const cJSON *lid = cJSON_GetObjectItemCaseSensitive(r->json, "lesson");
@@ -289,12 +349,6 @@ static int parse_start(struct req *r, struct start *st)
 		return -1;
 	}
 	st->want_queue = cJSON_IsTrue(q);
-	if (st->lesson->runtime == RUNTIME_POD) {
-		resp_error(r, E_NOT_IMPLEMENTED,
-		           "lesson \"%s\" runs in a Pod; Pod lessons are not available yet",
-		           st->lesson->id);
-		return -1;
-	}
 	return 0;
 }
 
@@ -321,14 +375,17 @@ static enum step admit(struct req *r, struct start *st)
 		session_free(&s);
 		return STEP_REFUSED;
 	}
-	/* a place in the line is the user's open session too; admitting it
-	 * takes it out of the line (undone if the admission is refused) */
+
+	/* 2a: the waiting line (queue.c). A place in line is the user's open
+	 * session too; admitting it takes it out of the line (undone if the
+	 * admission is refused), and its id becomes the session's */
 	if (st->qid) {
 		int got = queue_claim(x, st->qid);
 		if (got < 0)
 			return STEP_DB;
 		if (!got)
 			return refuse(st, E_NOT_FOUND, "the place is no longer in line");
+		snprintf(st->sid, sizeof st->sid, "%s", st->qid);
 	} else {
 		cJSON *place = NULL;
 		int got = queue_user_place(x, r->user, &place);
@@ -340,19 +397,36 @@ static enum step admit(struct req *r, struct start *st)
 			return STEP_REFUSED;
 		}
 	}
-	/* never fits: more machines than the whole capacity (no line either) */
-	if ((long)st->n > c->vm_capacity) {
+	int pool_cap = queue_capacity(c, queue_pool(st->lesson));
+	if ((long)st->n > pool_cap) {
+		/* never fits: more machines than the whole capacity (no line either) */
 		refuse(st, E_NEVER_FITS, "this lesson needs more lab machines than this lab has");
-		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "capacity", pool_cap);
 		jx_add_num(st->answer, "seats", (double)st->n);
 		return STEP_REFUSED;
+	}
+	/* the seats the places ahead need are not free for this start (a fresh
+	 * start sees the whole line, a place those ahead of it) */
+	st->line = queue_seats_ahead(x, queue_pool(st->lesson), st->qid);
+	if (st->line < 0)
+		return STEP_DB;
+
+	/* 2b: a ready pool VM of this lesson (pool.c; single-machine lessons); it
+	 * already holds its seat, so a claim needs no capacity count; not past
+	 * the line, though: a fresh start claims only when nobody waits */
+	int pc = st->line ? POOL_NONE : pool_claim(x, st->lesson, r->user, r->t_wall, st->sid);
+	if (pc == POOL_DBERR)
+		return STEP_DB;
+	if (pc == POOL_CLAIMED) {
+		st->claimed = 1;
+		return STEP_OK;
 	}
 
 	/* 3: the golden disk, or the silent fallback: per machine */
 	for (size_t i = 0; i < st->n; i++) {
 		struct start_vm *v = &st->vms[i];
 		v->disk = v->m->disk;
-		if (v->disk != DISK_GOLDEN)
+		if (v->disk != DISK_GOLDEN || st->lesson->runtime == RUNTIME_POD)
 			continue;
 		enum golden_reason g = golden_check(&x->kube, c, v->m, detail, sizeof detail);
 		if (g != GOLDEN_OK) {
@@ -371,33 +445,34 @@ static enum step admit(struct req *r, struct start *st)
 	 * wait behind the admissions; the count that admits is the one taken
 	 * under the lock, which is held until every machine is submitted. */
 	long need = (long)st->n;
-	/* the line first: the seats its places ahead need are not free for this
-	 * start (a fresh start sees the whole line, a place those ahead of it) */
-	long line = queue_seats_ahead(x, queue_pool(st->lesson), st->qid);
-	if (line < 0)
-		return STEP_DB;
-	need += line;
-	long code = count_lab_vms(x, &st->in_use);
-	if (code != 200 || st->in_use + need <= c->vm_capacity) {
-		if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)", 0, NULL) <
-		    0)
+	/* lab Pods are counted apart (pod_capacity, their own lock): no VM seat */
+	enum lesson_runtime rt = st->lesson->runtime;
+	int capacity = rt == RUNTIME_POD ? c->pod_capacity : c->vm_capacity;
+	need += st->line;
+	long code = count_lab(x, rt, &st->in_use);
+	if (code != 200 || st->in_use + need <= capacity) {
+		if (db_cmd(&x->db,
+		           rt == RUNTIME_POD ? "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 1)"
+		                             : "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", 0)",
+		           0, NULL) < 0)
 			return STEP_DB;
-		code = count_lab_vms(x, &st->in_use);
+		code = count_lab(x, rt, &st->in_use);
 	}
 	if (code != 200) {
-		log_warn("user %s: cannot count lab VMs: %s", r->user, x->kube.msg);
+		log_warn("user %s: cannot count lab %s: %s", r->user,
+		         rt == RUNTIME_POD ? "Pods" : "VMs", x->kube.msg);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
 		              "the cluster cannot be reached right now: try again in a minute");
 	}
-	if (st->in_use + need > c->vm_capacity) {
+	if (st->in_use + need > capacity) {
 		refuse(st, E_CAPACITY_FULL,
-		       need > 1
+		       st->n > 1
 		           ? "not enough lab machines are free for this lesson: try again shortly"
 		           : "all lab machines are in use: try again shortly");
-		jx_add_num(st->answer, "capacity", c->vm_capacity);
+		jx_add_num(st->answer, "capacity", capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
 		jx_add_num(st->answer, "seats", (double)st->n);
-		jx_add_num(st->answer, "queued", (double)line);
+		jx_add_num(st->answer, "queued", (double)st->line);
 		jx_add_bool(st->answer, "can_queue", 1);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
@@ -428,7 +503,8 @@ static enum step submission(struct req *r, struct start *st)
 		snprintf(st->network, sizeof st->network, "%s", st->vms[0].names.network);
 	if (insert_rows(r, st) < 0)
 		return STEP_DB;
-	if (submit(r, st, why, sizeof why) < 0) {
+	if ((st->lesson->runtime == RUNTIME_POD ? submit_pod(r, st, why, sizeof why)
+	                                        : submit(r, st, why, sizeof why)) < 0) {
 		log_warn("user %s lesson %s: start failed, nothing left behind: %s", r->user,
 		         st->lesson->id, why);
 		return refuse(st, E_CLUSTER_UNAVAILABLE,
@@ -449,49 +525,106 @@ static enum step submission(struct req *r, struct start *st)
 	return STEP_OK;
 }
 
-/* Admission and submission of a parsed start; on a refusal the one way back
- * (the cluster objects, then the transaction and its locks) has run, except
- * for a capacity refusal of a start that asked to join the line: that one
- * is still open, with the user's lock held, for queue_join(). */
+/* Admission and submission of a parsed start (the user's press, or a place
+ * of the waiting line): STEP_OK committed, else the one way back has run
+ * (the cluster objects, then the transaction and its locks) and st->err,
+ * st->answer say why. */
 static enum step run_start(struct req *r, struct start *st)
 {
 	struct labctx *x = r->x;
+	const struct cfg *c = x->cfg;
 	st->n = lesson_nmachines(st->lesson);
 	st->multi = st->lesson->nmachines > 0;
 	st->vms = xcalloc(st->n, sizeof *st->vms);
 	for (size_t i = 0; i < st->n; i++)
 		st->vms[i].m = lesson_machine(st->lesson, i);
 	enum step rc = admit(r, st);
-	if (rc == STEP_OK)
+	if (rc == STEP_REFUSED && st->err == E_CAPACITY_FULL) {
+		/* students first: an idle pool VM gives its seat, admission once more */
+		db_rollback(&x->db);
+		int y = pool_yield(x, st->lesson->id);
+		if (y < 0)
+			return STEP_DB;
+		if (y > 0) {
+			cJSON_Delete(st->answer);
+			st->answer = NULL;
+			st->err = 0;
+			buf_reset(&r->headers); /* the refusal's Retry-After */
+			rc = admit(r, st);
+		}
+	}
+	if (rc == STEP_OK && st->claimed) {
+		if (db_commit(&x->db) < 0) {
+			log_err("user %s: database failed after claiming a pool VM: %s", r->user,
+			        x->db.msg);
+			rc = refuse(st, E_DB_UNAVAILABLE,
+			            "the database is unavailable: try again shortly");
+		}
+	} else if (rc == STEP_OK) {
 		rc = submission(r, st);
+	}
 	for (size_t i = 0; i < st->n; i++)
 		OPENSSL_cleanse(st->vms[i].token, sizeof st->vms[i].token);
 	if (rc != STEP_OK) {
 		if (st->created)
 			undo_submit(x, st);
-		if (!(rc == STEP_REFUSED && st->err == E_CAPACITY_FULL && st->want_queue))
-			db_rollback(&x->db);
+		db_rollback(&x->db);
 		return rc;
 	}
-	for (size_t i = 0; i < st->n; i++)
-		log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, %ld/%d in "
-		         "use%s)",
-		         r->user, st->lesson->id, st->sid, st->vms[i].names.vm,
-		         lesson_disk_str(st->vms[i].disk), st->vms[i].fallback ? ", fallback " : "",
-		         st->vms[i].fallback ? st->vms[i].fallback : "", st->in_use + (long)i + 1,
-		         x->cfg->vm_capacity, st->qid ? ", from the line" : "");
+	const char *from = st->qid ? ", from the line" : "";
+	if (st->lesson->runtime == RUNTIME_POD)
+		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use%s)", r->user,
+		         st->lesson->id, st->sid, st->vms[0].names.vm, st->in_use + 1,
+		         c->pod_capacity, from);
+	else
+		for (size_t i = 0; !st->claimed && i < st->n; i++)
+			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, "
+			         "%ld/%d in use%s)",
+			         r->user, st->lesson->id, st->sid, st->vms[i].names.vm,
+			         lesson_disk_str(st->vms[i].disk),
+			         st->vms[i].fallback ? ", fallback " : "",
+			         st->vms[i].fallback ? st->vms[i].fallback : "",
+			         st->in_use + (long)i + 1, c->vm_capacity, from);
 	return STEP_OK;
 }
 
-/* Refused for capacity only, asked to wait: the place in line (202). */
+/* Refused for capacity only, asked to wait: a place in line (202), under
+ * the user's lock again (the start's transaction is gone): an open session
+ * or place that appeared meanwhile is the answer, as for a start. */
 static enum hres join_line(struct req *r, struct start *st)
 {
 	struct labctx *x = r->x;
+	struct session s;
+	cJSON *place = NULL;
 	char qid[37];
-	if (queue_join(x, r->user, st->lesson, (long)st->n, qid) < 0 || db_commit(&x->db) < 0) {
+	const char *pu[2] = {x->cfg->environment, r->user};
+	if (db_begin(&x->db) < 0 ||
+	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
+	           2, pu) < 0)
+		goto dberr;
+	int rc = session_load_active(x, r->user, &s);
+	if (rc == SESSION_DBERR)
+		goto dberr;
+	if (rc == SESSION_FOUND) {
 		db_rollback(&x->db);
-		return api_db_error(r);
+		cJSON *o = error_json(E_SESSION_EXISTS, "you already have a lab session open");
+		jx_put(o, "session", session_json(&s));
+		session_free(&s);
+		resp_error_json(r, E_SESSION_EXISTS, o);
+		return H_DONE;
 	}
+	int got = queue_user_place(x, r->user, &place);
+	if (got < 0)
+		goto dberr;
+	if (got) {
+		db_rollback(&x->db);
+		cJSON *o = error_json(E_SESSION_EXISTS, "you are already waiting in line for a lab");
+		jx_put(o, "session", place);
+		resp_error_json(r, E_SESSION_EXISTS, o);
+		return H_DONE;
+	}
+	if (queue_join(x, r->user, st->lesson, (long)st->n, qid) < 0 || db_commit(&x->db) < 0)
+		goto dberr;
 	log_info("queue: user %s joined the line for lesson %s (place %s)", r->user,
 	         st->lesson->id, qid);
 	cJSON *o = queue_place_json(x, qid);
@@ -508,6 +641,9 @@ static enum hres join_line(struct req *r, struct start *st)
 	       3, p);
 	resp_json(r, 202, o);
 	return H_DONE;
+dberr:
+	db_rollback(&x->db);
+	return api_db_error(r);
 }
 
 enum hres api_session_create(struct req *r)
@@ -523,10 +659,11 @@ enum hres api_session_create(struct req *r)
 	enum step rc = run_start(r, &st);
 	free(st.vms);
 	if (rc != STEP_OK) {
-		int seats_free = st.err == E_CAPACITY_FULL && st.in_use < x->cfg->vm_capacity;
+		int cap = queue_capacity(x->cfg, queue_pool(st.lesson));
+		int seats_free = st.err == E_CAPACITY_FULL && st.in_use < cap;
 		if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL && st.want_queue) {
 			cJSON_Delete(st.answer);
-			buf_free(&r->headers); /* no Retry-After on a 202 */
+			buf_reset(&r->headers); /* no Retry-After on a 202 */
 			h = join_line(r, &st);
 		} else if (rc == STEP_DB) {
 			h = api_db_error(r);
@@ -561,7 +698,7 @@ int api_start_queued(struct labctx *x, const char *qid, const char *user, const 
 	q.t_wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	st.qid = qid;
 	st.lesson = lessons_find(x->lessons, lesson);
-	if (!st.lesson || st.lesson->runtime == RUNTIME_POD) {
+	if (!st.lesson) {
 		const char *p[2] = {qid, "the lesson is no longer offered"};
 		db_cmd(&x->db,
 		       "UPDATE session_queue SET state = 'failed', ended_at = now(), error = $2 "
@@ -575,7 +712,8 @@ int api_start_queued(struct labctx *x, const char *qid, const char *user, const 
 	free(st.vms);
 	buf_free(&q.headers);
 	if (rc == STEP_OK) {
-		log_info("queue: user %s admitted from the line (session %s)", user, qid);
+		log_info("queue: user %s admitted from the line (session %s%s)", user, qid,
+		         st.claimed ? ", a warm pool VM" : "");
 		cJSON_Delete(st.answer);
 		return 1;
 	}
@@ -645,6 +783,45 @@ static char *step_output(const cJSON *res)
 	return b.p;
 }
 
+/* One grader step in a lab Pod, by exec: the agent's answer shape
+ * ({"exit_code","stdout","stderr","timed_out"}) in *res. -1: answered. */
+static int grade_by_exec(struct req *r, const struct session *s, const struct grader_step *gs,
+                         int timeout, cJSON **res)
+{
+	struct labctx *x = r->x;
+	struct podexec_result pr;
+	char msg[300];
+	double t0 = util_mono_s();
+	char *bearer = kube_bearer(&x->kube);
+
+	if (!bearer) {
+		resp_error(r, E_CLUSTER_UNAVAILABLE, "the cluster cannot be reached right now");
+		return -1;
+	}
+	int rc = podexec_run(x->cfg, bearer, s->vms[0].name, POD_CONTAINER, gs->command, timeout,
+	                     &pr, msg, sizeof msg);
+	util_free_secret(bearer);
+	if (rc < 0) {
+		podexec_result_free(&pr);
+		log_warn("session %s: grading step \"%s\": %s", s->id, gs->name, msg);
+		resp_error(r, E_AGENT_UNREACHABLE, "your lab could not be reached for grading (%s)",
+		           msg);
+		return -1;
+	}
+	x->kube.ms += (util_mono_s() - t0) * 1000.0; /* Server-Timing: kube */
+	*res = jx_obj();
+	if (pr.exit_code >= 0)
+		jx_add_num(*res, "exit_code", pr.exit_code);
+	else
+		jx_add_null(*res, "exit_code");
+	jx_add_str(*res, "stdout", pr.out);
+	jx_add_str(*res, "stderr", pr.status_message[0] && !pr.nerr ? pr.status_message : pr.err);
+	if (pr.timed_out)
+		jx_add_bool(*res, "timed_out", 1);
+	podexec_result_free(&pr);
+	return 0;
+}
+
 enum hres api_session_grade(struct req *r)
 {
 	struct labctx *x = r->x;
@@ -666,9 +843,18 @@ enum hres api_session_grade(struct req *r)
 		const struct session_vm *vm = session_vm_find(s, mname);
 		cJSON *res = NULL;
 		int timeout = gs->timeout_s ? gs->timeout_s : x->cfg->agent_run_timeout_s;
-		if (!vm || !vm->ip ||
-		    agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command,
-		              timeout, &res) < 0) {
+		if (s->runtime == RUNTIME_POD) {
+			/* a Pod has no agent: each step runs by exec */
+			if (grade_by_exec(r, s, gs, timeout, &res) < 0) {
+				cJSON_Delete(o);
+				cJSON_Delete(steps);
+				free(mpassed);
+				free(mtotal);
+				return H_DONE;
+			}
+		} else if (!vm || !vm->ip ||
+		           agent_run(&x->agent, vm->ip, x->cfg->agent_port, vm->token, gs->command,
+		                     timeout, &res) < 0) {
 			const char *why = vm && vm->ip ? x->agent.msg : "no address";
 			log_warn("session %s: grading step %zu%s%s: %s", s->id, i + 1,
 			         mname ? " on " : "", mname ? mname : "", why);
@@ -803,6 +989,13 @@ enum hres api_tty_size(struct req *r)
 	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
 	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(r->json, "cols");
 	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r->json, "rows");
+	if (s->runtime == RUNTIME_POD) {
+		/* no agent in a Pod: labvm-console passes the size to its exec tty */
+		resp_error(r, E_BAD_REQUEST,
+		           "a Pod's terminal takes its size on the console WebSocket "
+		           "({\"type\":\"resize\",\"cols\":C,\"rows\":R})");
+		return H_DONE;
+	}
 	if (!cJSON_IsNumber(cols) || !cJSON_IsNumber(rows) || cols->valuedouble != cols->valueint ||
 	    rows->valuedouble != rows->valueint || cols->valueint < 1 || cols->valueint > 1000 ||
 	    rows->valueint < 1 || rows->valueint > 1000) {

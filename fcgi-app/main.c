@@ -26,6 +26,7 @@
 #include "lesson.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 
 static struct cfg cfg;
 static struct lessons lessons;
@@ -75,6 +76,7 @@ static void *worker(void *arg)
 		api_metrics_request_done(&r);
 		req_reset(&r);
 		FCGX_Finish_r(&fr);
+		pool_after_request(&x); /* a claim's replacement, after the answer went out */
 	}
 	FCGX_Free(&fr, 1);
 	labctx_cleanup(&x);

@@ -11,12 +11,17 @@
 #include "log.h"
 #include "session.h"
 
-#define LOCK_LINE "7304"
+#define LOCK_LINE "7305"
 #define PUMP_MAX 16 /* admissions one request makes at most */
 
 const char *queue_pool(const struct lesson *l)
 {
 	return l->runtime == RUNTIME_POD ? "pod" : "vm";
+}
+
+int queue_capacity(const struct cfg *c, const char *pool)
+{
+	return strcmp(pool, "pod") == 0 ? c->pod_capacity : c->vm_capacity;
 }
 
 /* Places not seen for queue_lapse_s lapse (every pump, every position). */
@@ -117,7 +122,7 @@ int queue_join(struct labctx *x, const char *user, const struct lesson *l, long 
  * of them), never later than its expiry; a session already past the median
  * counts at its expiry. Both NULL when labvm cannot see k seats (other
  * environments' VMs hold them). */
-static void add_estimate(struct labctx *x, cJSON *q, long k)
+static void add_estimate(struct labctx *x, cJSON *q, const char *pool, long k)
 {
 	if (k <= 0) {
 		/* seats are free now: the next poll admits */
@@ -130,15 +135,15 @@ static void add_estimate(struct labctx *x, cJSON *q, long k)
 	}
 	char ks[24];
 	snprintf(ks, sizeof ks, "%ld", k);
-	const char *p[1] = {ks};
+	const char *p[2] = {ks, pool};
 	PGresult *res = db_exec(
 	    &x->db,
 	    "WITH seat AS (SELECT s.expires_at, coalesce(s.submitted_at, s.created_at) AS started "
 	    "  FROM sessions s JOIN session_vms v ON v.session_id = s.id "
-	    "  WHERE s.state IN ('starting', 'ready') AND s.runtime = 'vm'), "
+	    "  WHERE s.state IN ('starting', 'ready') AND s.runtime = $2), "
 	    "hist AS (SELECT CASE WHEN count(*) >= 3 THEN percentile_cont(0.5) WITHIN GROUP "
 	    "  (ORDER BY extract(epoch FROM ended_at - submitted_at)) END AS med "
-	    "  FROM sessions WHERE state = 'ended' AND runtime = 'vm' AND submitted_at IS NOT "
+	    "  FROM sessions WHERE state = 'ended' AND runtime = $2 AND submitted_at IS NOT "
 	    "  NULL AND ended_at > now() - interval '3 hours'), "
 	    "likely AS (SELECT CASE WHEN hist.med IS NOT NULL AND started + make_interval(secs "
 	    "  => hist.med) > now() THEN least(expires_at, started + make_interval(secs => "
@@ -147,7 +152,7 @@ static void add_estimate(struct labctx *x, cJSON *q, long k)
 	    "  OFFSET $1::int - 1 LIMIT 1), "
 	    "(SELECT labvm_ts(greatest(now(), t)) FROM likely ORDER BY t OFFSET $1::int - 1 "
 	    "  LIMIT 1), (SELECT med FROM hist)",
-	    1, p);
+	    2, p);
 	if (!res) {
 		jx_add_null(q, "no_later_than");
 		jx_add_null(q, "estimate");
@@ -173,7 +178,7 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 	    "(SELECT coalesce(sum(seats), 0) FROM session_queue a WHERE a.environment = "
 	    " q.environment AND a.pool = q.pool AND a.state = 'waiting' AND a.seq <= q.seq), "
 	    "(SELECT count(*) FROM sessions s JOIN session_vms v ON v.session_id = s.id WHERE "
-	    " s.state IN ('starting', 'ready') AND s.runtime = 'vm'), q.user_name, "
+	    " s.state IN ('starting', 'ready') AND s.runtime = q.pool), q.user_name, "
 	    "(SELECT count(*) FROM session_queue a WHERE a.environment = q.environment AND "
 	    " a.pool = q.pool AND a.state = 'waiting') "
 	    "FROM session_queue q WHERE q.id = $1::uuid AND q.environment = $2",
@@ -198,11 +203,12 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 		jx_add_num(q, "length", atof(db_val(res, 0, 12)));
 		jx_add_str(q, "pool", db_val(res, 0, 3));
 		jx_add_num(q, "seats", atof(db_val(res, 0, 4)));
-		jx_add_num(q, "capacity", x->cfg->vm_capacity);
+		int cap = queue_capacity(x->cfg, db_val(res, 0, 3));
+		jx_add_num(q, "capacity", cap);
 		jx_add_str(q, "joined_at", db_val(res, 0, 5));
 		jx_add_num(q, "lapse_after_s", x->cfg->queue_lapse_s);
-		long freeseats = x->cfg->vm_capacity - busy;
-		add_estimate(x, q, through - (freeseats > 0 ? freeseats : 0));
+		long freeseats = cap - busy;
+		add_estimate(x, q, db_val(res, 0, 3), through - (freeseats > 0 ? freeseats : 0));
 		jx_add_num(q, "poll_s", 2);
 	} else {
 		/* what became of the place: the API's words for the student */
@@ -220,25 +226,24 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 	return o;
 }
 
-void queue_pump(struct labctx *x)
+/* Admit the heads of one pool's line while its seats look free. */
+static void pump_pool(struct labctx *x, const char *pool)
 {
-	if (lapse_stale(x) < 0)
-		return;
 	for (int i = 0; i < PUMP_MAX; i++) {
-		/* the head of the VM line, and the seats this database sees held: a
-		 * cheap filter before counting in the cluster (api_start_queued) */
-		const char *p[1] = {x->cfg->environment};
+		/* the head, and the seats this database sees held: a cheap filter
+		 * before the start counts in the cluster under the lock */
+		const char *p[2] = {x->cfg->environment, pool};
 		PGresult *res = db_exec(
 		    &x->db,
 		    "SELECT id, user_name, lesson, seats, (SELECT count(*) FROM sessions s JOIN "
 		    "session_vms v ON v.session_id = s.id WHERE s.state IN ('starting', 'ready') "
-		    "AND s.runtime = 'vm') FROM session_queue WHERE environment = $1 AND pool = 'vm' "
+		    "AND s.runtime = $2) FROM session_queue WHERE environment = $1 AND pool = $2 "
 		    "AND state = 'waiting' ORDER BY seq LIMIT 1",
-		    1, p);
+		    2, p);
 		if (!res)
 			return;
-		if (PQntuples(res) == 0 ||
-		    atol(db_val(res, 0, 4)) + atol(db_val(res, 0, 3)) > x->cfg->vm_capacity) {
+		if (PQntuples(res) == 0 || atol(db_val(res, 0, 4)) + atol(db_val(res, 0, 3)) >
+		                               queue_capacity(x->cfg, pool)) {
 			PQclear(res);
 			return;
 		}
@@ -252,6 +257,14 @@ void queue_pump(struct labctx *x)
 		if (rc != 1 && rc != 2)
 			return;
 	}
+}
+
+void queue_pump(struct labctx *x)
+{
+	if (lapse_stale(x) < 0)
+		return;
+	pump_pool(x, "vm");
+	pump_pool(x, "pod");
 }
 
 /* The user's place: by id, or the waiting one (current). */

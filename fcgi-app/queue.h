@@ -15,8 +15,12 @@
 
 struct lesson;
 
-/* The capacity pool of a lesson: "vm" or "pod". */
+struct cfg;
+
+/* The capacity pool of a lesson: "vm" or "pod", and the pool's seats
+ * (vm_capacity, pod_capacity). */
 const char *queue_pool(const struct lesson *l);
+int queue_capacity(const struct cfg *c, const char *pool);
 
 /* This user's waiting place, as the API shows it (*out), inside the caller's
  * transaction. 1 found, 0 none, -1 database error. */

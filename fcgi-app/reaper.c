@@ -4,17 +4,23 @@
  *
  * One run, under pg_try_advisory_lock (a second run exits at once):
  *   1. snapshot the active sessions of this environment
- *   2. list this environment's lab VMs, Secrets and session networks
+ *   2. list this environment's lab VMs, Pods, Secrets and session networks
  *      (NetworkAttachmentDefinitions) (label selector on the
  *      lab-session marker AND the environment): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
  *   3. advance every active session: expired ones end (VM and Secret deleted),
  *      stuck starts fail at their deadlines, exactly as the API would
- *   4. active sessions whose VM vanished from the cluster fail
+ *   4. active sessions whose VM vanished from the cluster fail, and so do
+ *      those whose Pod vanished or ended (a ready Pod that died)
  *   5. objects without an active session are orphans: deleted when their
  *      session ended or failed, or, without any session row, once older than
- *      the grace period (an in-flight start is never raced)
+ *      the grace period (an in-flight start is never raced); a warm pool VM
+ *      (<prefix>/pool label) that the pool still owns (pool_owns: starting,
+ *      ready, or claimed by an active session) is not an orphan
+ *   6. the warm pool's tick (pool.h): stale, failed and vanished pool VMs
+ *      are replaced, each lesson's pool filled to its target (skipped when
+ *      the lessons cannot be loaded: no "lesson gone" on partial knowledge)
  * Objects of another environment, or without the marker, are never touched.
  * One summary line per run; one line per deletion with its reason. */
 #include <errno.h>
@@ -29,6 +35,7 @@
 #include "lab.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 #include "session.h"
 
 #define LOCK_REAPER "7303"
@@ -36,14 +43,17 @@
 struct counts {
 	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
 	    kept_young, errors;
+	int orphan_pods;
 };
 
 struct obj {
-	char *kind; /* "virtualmachines" | "secrets" | "network-attachment-definitions" */
+	char *kind; /* "virtualmachines" | "pods" | "secrets" | "network-attachment-definitions" */
 	char *name;
+	char *ended;      /* pods: why it ended (phase Failed/Succeeded), else NULL */
 	char *session_id; /* label value, may be NULL */
 	double age_s;
 	int done; /* deleted (or found deleted) during this run */
+	int pool; /* carries the warm pool's label */
 };
 
 struct objs {
@@ -64,7 +74,8 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	           {"failed_stuck", k->failed_stuck},
 	           {"vanished", k->vanished},
 	           {"orphan_vm", k->orphan_vms},
-	           {"orphan_secret", k->orphan_secrets}};
+	           {"orphan_secret", k->orphan_secrets},
+	           {"orphan_pod", k->orphan_pods}};
 	char lab[64];
 	db_rollback(&x->db);
 	metrics_count(&x->db, env, "labvm_reaper_passes_total",
@@ -93,8 +104,10 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
-	char *sel =
-	    xasprintf("%s=true,%s=%s", c->label.lab_session, c->label.environment, c->environment);
+	int pods = strcmp(kind, "pods") == 0;
+	/* lab Pods, not the virt-launcher pods that carry a VM's labels too */
+	char *sel = xasprintf("%s=true,%s=%s%s", c->label.lab_session, c->label.environment,
+	                      c->environment, pods ? ",!kubevirt.io" : "");
 	cJSON *list = NULL;
 	long code = kube_list(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items"), *it;
@@ -117,17 +130,23 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		    cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_session);
 		const cJSON *env = cJSON_GetObjectItemCaseSensitive(labels, c->label.environment);
 		const cJSON *sid = cJSON_GetObjectItemCaseSensitive(labels, c->label.session_id);
+		const cJSON *pool = cJSON_GetObjectItemCaseSensitive(labels, c->label.pool);
 		const char *name = kj_str(it, "metadata.name");
 		/* never trust the selector alone with deletions */
 		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
-		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0)
+		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0 ||
+		    (pods && cJSON_GetObjectItemCaseSensitive(labels, "kubevirt.io")))
 			continue;
 		struct obj *o = &out->v[out->n++];
 		memset(o, 0, sizeof *o);
 		o->kind = xstrdup(kind);
 		o->name = xstrdup(name);
 		o->session_id = cJSON_IsString(sid) ? xstrdup(sid->valuestring) : NULL;
+		o->pool = cJSON_IsString(pool);
 		o->age_s = parse_age(kj_str(it, "metadata.creationTimestamp"), now);
+		char why[1024];
+		if (pods && session_pod_ended(it, why, sizeof why))
+			o->ended = xstrdup(why);
 	}
 out:
 	cJSON_Delete(list);
@@ -142,6 +161,7 @@ static void objs_free(struct objs *os)
 		free(os->v[i].kind);
 		free(os->v[i].name);
 		free(os->v[i].session_id);
+		free(os->v[i].ended);
 	}
 	free(os->v);
 	memset(os, 0, sizeof *os);
@@ -221,7 +241,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		         s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
-			struct obj *o = find_obj(vms, "virtualmachines", s.vms[i].name);
+			struct obj *o =
+			    find_obj(vms, s.runtime == RUNTIME_POD ? "pods" : "virtualmachines",
+			             s.vms[i].name);
 			if (o)
 				o->done = 1;
 			o = find_obj(secrets, "secrets", s.vms[i].secret);
@@ -236,6 +258,39 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 	session_free(&s);
 }
 
+/* Active sessions whose Pod is gone or has ended: a ready Pod that died
+ * fails its session as a vanished VM does (restartPolicy Never: it stays
+ * ended). A starting one was advanced just before and named its failure. */
+static void pod_gone_one(struct labctx *x, struct session *s, struct objs *vms, struct counts *k)
+{
+	for (size_t i = 0; i < s->nvms; i++) {
+		if (s->vms[i].deleted)
+			continue;
+		struct obj *o = find_obj(vms, "pods", s->vms[i].name);
+		if (o && !o->ended)
+			continue;
+		char msg[1200];
+		if (o)
+			snprintf(msg, sizeof msg, "%s: %s", session_stage_str(s->stage), o->ended);
+		else
+			snprintf(msg, sizeof msg, "%s: the Pod %s disappeared from the cluster",
+			         session_stage_str(s->stage), s->vms[i].name);
+		k->vanished++;
+		if (dry_run) {
+			printf("would fail session %s (%s): Pod %s %s\n", s->id, s->user,
+			       s->vms[i].name, o ? "ended" : "vanished");
+		} else {
+			log_info("session %s (%s): Pod %s %s; failing the session", s->id, s->user,
+			         s->vms[i].name, o ? "ended" : "vanished");
+			if (session_finish(x, s, SESSION_FAILED, "failed", msg) < 0)
+				k->errors++;
+			if (o)
+				o->done = 1;
+		}
+		break;
+	}
+}
+
 /* Active sessions whose VM is gone from the cluster (the list was taken
  * after the snapshot, so their VMs existed before it). */
 static void vanished_one(struct labctx *x, const char *id, struct objs *vms, struct counts *k)
@@ -243,6 +298,8 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 	struct session s;
 	if (session_load(x, id, &s) != SESSION_FOUND)
 		return;
+	if (session_active(&s) && s.runtime == RUNTIME_POD)
+		pod_gone_one(x, &s, vms, k);
 	if (session_active(&s) && s.runtime == RUNTIME_VM) {
 		for (size_t i = 0; i < s.nvms; i++) {
 			if (s.vms[i].deleted || find_obj(vms, "virtualmachines", s.vms[i].name))
@@ -276,6 +333,14 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		int is_active = 0;
 		if (o->done)
 			continue;
+		if (o->pool) {
+			/* a healthy pool VM belongs to the pool's tick, not to the orphans */
+			int own = pool_owns(x, o->kind, o->name);
+			if (own < 0)
+				k->errors++;
+			if (own != 0)
+				continue;
+		}
 		for (size_t j = 0; o->session_id && j < nactive; j++)
 			if (strcmp(active[j], o->session_id) == 0)
 				is_active = 1;
@@ -292,8 +357,12 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			continue;
 		}
 		int vm = strcmp(o->kind, "virtualmachines") == 0;
+		int pod = strcmp(o->kind, "pods") == 0;
 		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
-		const char *what = vm ? "VM" : net ? "NetworkAttachmentDefinition" : "Secret";
+		const char *what = vm    ? "VM"
+		                   : pod ? "Pod"
+		                   : net ? "NetworkAttachmentDefinition"
+		                         : "Secret";
 		if (dry_run) {
 			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
 			       o->name, why, o->age_s);
@@ -311,6 +380,8 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 		}
 		if (vm)
 			k->orphan_vms++;
+		else if (pod)
+			k->orphan_pods++;
 		else if (net)
 			k->orphan_networks++;
 		else
@@ -328,7 +399,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	struct cfg cfg;
-	struct lessons none = {0};
+	struct lessons lessons = {0};
+	struct pool_counts pk = {0};
+	int have_lessons = 0;
 	struct labctx x;
 	struct counts k = {0};
 	struct objs vms = {0}, secrets = {0}, nets = {0};
@@ -367,7 +440,11 @@ int main(int argc, char **argv)
 	if (grace >= 0)
 		cfg.orphan_grace_s = grace;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (labctx_init(&x, &cfg, &none) < 0)
+	if (lessons_load(cfg.lessons_dir, &lessons, err, sizeof err) < 0)
+		log_warn("lessons: %s; the warm pool is not kept this run", err);
+	else
+		have_lessons = 1;
+	if (labctx_init(&x, &cfg, &lessons) < 0)
 		return 1;
 
 	const char *pl[1] = {cfg.environment};
@@ -391,7 +468,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	nactive = nids;
-	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 ||
+	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 || list_objs(&x, "pods", 0, &vms) < 0 ||
 	    list_objs(&x, "secrets", 0, &secrets) < 0 ||
 	    list_objs(&x, "network-attachment-definitions", 1, &nets) < 0) {
 		log_err("cluster lists failed: nothing deleted this run");
@@ -427,14 +504,21 @@ int main(int argc, char **argv)
 	orphans(&x, &vms, ids, nids, &k);
 	orphans(&x, &secrets, ids, nids, &k);
 	orphans(&x, &nets, ids, nids, &k);
+	/* 6: the warm pool */
+	if (have_lessons && !dry_run && pool_tick(&x, NULL, &pk) < 0)
+		k.errors++;
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
 	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
-	       "kept_young=%d errors=%d status=%s duration_ms=%.0f\n",
+	       "orphan_pods=%d kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d "
+	       "pool_stale=%d pool_surplus=%d pool_vanished=%d errors=%d status=%s "
+	       "duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
 	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.kept_young, k.errors, rc ? "incomplete" : "ok", (util_mono_s() - t0) * 1000.0);
+	       k.orphan_pods, k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale,
+	       pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
+	       (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);
 	for (size_t i = 0; ids && i < nids; i++)
@@ -444,6 +528,7 @@ out:
 	objs_free(&secrets);
 	objs_free(&nets);
 	labctx_cleanup(&x);
+	lessons_free(&lessons);
 	cfg_free(&cfg);
 	curl_global_cleanup();
 	return rc;

@@ -40,6 +40,9 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
     {"POST", "/api/sessions/*/tty-size", api_tty_size,
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
+    {"GET", "/api/operator/pool", api_pool_get, NEED_USER, NULL},
+    {"POST", "/api/operator/pool", api_pool_warm, NEED_USER | NEED_JSON, NULL},
+    {"DELETE", "/api/operator/pool/*", api_pool_cancel, NEED_USER, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])

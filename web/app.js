@@ -335,6 +335,8 @@
     $('failed-again').disabled = false;
     if ((r.status === 201 || r.status === 202) && r.data.id) {
       S.termOnReady = true;
+      // a prepared machine from the warm pool: ready at the press
+      if (r.data.pool && r.data.state === 'ready') S.note = 'pool';
       showSession(r.data, true);
       return;
     }
@@ -466,8 +468,9 @@
 
   function renderNote(id) {
     const p = $(id);
-    p.hidden = S.note !== 'exists';
-    p.textContent = S.note === 'exists' ? t('exists.note') : '';
+    const note = S.note === 'exists' || S.note === 'pool' ? S.note : null;
+    p.hidden = !note;
+    p.textContent = note ? t(note + '.note') : '';
   }
 
   // 1st, 2nd, 3rd, 4th ... 11th, 12th, 13th, 21st; 日本語: 3番目

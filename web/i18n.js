@@ -46,6 +46,7 @@ window.LABVM_TEXTS = {
     'error.never_fits': 'This lesson needs more lab machines than this lab has: it cannot be started here.',
 
     'exists.note': 'You already have a lab open (perhaps in another tab or window): here it is.',
+    'pool.note': 'Ready instantly (prepared machine).',
 
     'stage.submitted': 'Request submitted',
     'stage.scheduling': 'Finding a place for your machine',
@@ -164,6 +165,7 @@ window.LABVM_TEXTS = {
     'error.never_fits': 'このレッスンはこの環境の演習マシンの台数を超えるため、開始できません。',
 
     'exists.note': 'すでに演習が開いています (別のタブやウィンドウかもしれません)。ここに表示します。',
+    'pool.note': 'すぐに準備できました (用意済みのマシン)。',
 
     'stage.submitted': 'リクエスト送信済み',
     'stage.scheduling': 'マシンの配置先を確保中',

@@ -1,6 +1,6 @@
 /* The operator page: today's sessions, capacity, the readiness of the last
  * starts (an SVG histogram), failures, and the actions of a class (end a
- * session; warm a lesson once a warm pool exists). Data from
+ * session; warm a lesson for a class: POST /api/operator/pool). Data from
  * GET /api/operator/overview (403 for anyone not in labvm.conf operators),
  * refreshed every 5 s. English and Japanese; no inline script (CSP). */
 'use strict';
@@ -16,6 +16,10 @@ const MESSAGES = {
     'today.failed': 'Failed', 'today.all': 'All',
     'warm.title': 'Warm pool', 'warm.none': 'No warm pool on this installation: labs start cold.',
     'warm.button': 'Warm a lesson',
+    'warm.lesson': 'Lesson', 'warm.count': 'VMs', 'warm.hours': 'for hours',
+    'warm.idle': 'No lesson is warm: labs start cold.',
+    'warm.line': '{lesson}: {ready} ready, {starting} starting (target {target}; {claimed} used, {failed} failed)',
+    'warm.done': 'Warming {lesson}: {count} VMs.',
     'readiness.title': 'Readiness of the last starts',
     'readiness.summary': 'ready: {ready} (median {median} s, 90th percentile {p90} s) · failed: {failed} · not ready yet: {waiting}',
     'readiness.axis': 'seconds from Start to ready', 'readiness.failed': 'failed', 'readiness.waiting': 'waiting',
@@ -41,6 +45,10 @@ const MESSAGES = {
     'today.failed': '失敗', 'today.all': '合計',
     'warm.title': 'ウォームプール', 'warm.none': 'この環境にはウォームプールがありません。演習はコールドスタートします。',
     'warm.button': 'レッスンを事前起動',
+    'warm.lesson': 'レッスン', 'warm.count': 'VM 数', 'warm.hours': '時間',
+    'warm.idle': '事前起動中のレッスンはありません。演習はコールドスタートします。',
+    'warm.line': '{lesson}: 準備完了 {ready}、起動中 {starting} (目標 {target}、使用済み {claimed}、失敗 {failed})',
+    'warm.done': '{lesson} を事前起動します: {count} 台。',
     'readiness.title': '直近の起動の準備時間',
     'readiness.summary': '準備完了: {ready} (中央値 {median} 秒、90 パーセンタイル {p90} 秒) · 失敗: {failed} · 準備中: {waiting}',
     'readiness.axis': '開始から準備完了までの秒数', 'readiness.failed': '失敗', 'readiness.waiting': '準備中',
@@ -224,6 +232,11 @@ function render(d) {
   chart(rd.starts);
   const wp = d.warm_pool || {};
   document.getElementById('warm-button').disabled = !wp.available;
+  const wl = document.getElementById('warm-lessons');
+  wl.replaceChildren();
+  const warmLessons = (wp.lessons || []).filter((l) => l.target > 0 || l.ready > 0 || l.starting > 0);
+  for (const l of warmLessons) wl.appendChild(el('li', { 'data-lesson': l.lesson }, t('warm.line', l)));
+  if (wp.available) document.getElementById('warm-note').textContent = warmLessons.length ? '' : t('warm.idle');
   document.getElementById('refreshed').textContent = t('refreshed', { time: new Date().toLocaleTimeString(lang) });
 }
 
@@ -270,7 +283,19 @@ async function endSession(s) {
   await refresh();
 }
 
+async function warmLesson() {
+  const lesson = document.getElementById('warm-lesson').value.trim();
+  const count = Number(document.getElementById('warm-count').value);
+  const hours = Number(document.getElementById('warm-hours').value);
+  const r = await api('POST', '/api/operator/pool', { lesson, count, until: `+${hours} hours` });
+  document.getElementById('warm-result').textContent = r.status === 201
+    ? t('warm.done', { lesson, count })
+    : t('error.status', { status: r.status, message: (r.json && r.json.message) || '' });
+  await refresh();
+}
+
 document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('warm-button').addEventListener('click', warmLesson);
   for (const b of document.querySelectorAll('[data-lang]')) {
     b.addEventListener('click', () => {
       lang = b.dataset.lang;

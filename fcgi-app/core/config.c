@@ -42,6 +42,7 @@ static const struct cfg_key keys[] = {
     I(kube_timeout_ms, "10000", 100, 600000),
     S(database, "postgresql:///labvm"),
     I(vm_capacity, "8", 0, 100000),
+    I(pod_capacity, "32", 0, 100000),
     I(retry_after_s, "30", 1, 3600),
     I(queue_lapse_s, "90", 5, 86400),
     S(lessons_dir, "/etc/labvm/lessons"),
@@ -60,6 +61,9 @@ static const struct cfg_key keys[] = {
     I(console_linger_s, "120", 0, 86400),
     I(console_max_per_session, "8", 1, 100000),
     I(orphan_grace_s, "120", 0, 86400),
+    I(pool_max_age_s, "86400", 60, 30 * 86400),
+    I(pool_yield_wait_s, "10", 0, 120),
+    I(pool_yield_hold_s, "60", 0, 3600),
     S(log_level, "info"),
     S(operators, ""),
     S(log_format, "text"),
@@ -219,6 +223,8 @@ int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t 
 	c->label.lesson = xasprintf("%s/lesson", c->label_prefix);
 	c->label.image = xasprintf("%s/image", c->label_prefix);
 	c->label.machine = xasprintf("%s/machine", c->label_prefix);
+	c->label.pool = xasprintf("%s/pool", c->label_prefix);
+	c->label.lesson_hash = xasprintf("%s/lesson-hash", c->label_prefix);
 	return 0;
 }
 
@@ -236,6 +242,8 @@ void cfg_free(struct cfg *c)
 	free(c->label.lesson);
 	free(c->label.image);
 	free(c->label.machine);
+	free(c->label.pool);
+	free(c->label.lesson_hash);
 	memset(&c->label, 0, sizeof c->label);
 	if (c->ticket_key) {
 		OPENSSL_cleanse(c->ticket_key, c->ticket_key_len);

@@ -19,6 +19,7 @@ struct cfg {
 	int kube_timeout_ms;
 	char *database; /* libpq conninfo: SECRET */
 	int vm_capacity;
+	int pod_capacity; /* lab Pods at once, counted apart from the VMs */
 	int retry_after_s;
 	int queue_lapse_s; /* a place in line lapses after this long without a poll */
 	char *lessons_dir;
@@ -37,6 +38,9 @@ struct cfg {
 	int console_linger_s; /* keep a console's upstream open this long after its last browser */
 	int console_max_per_session; /* browser connections sharing one console */
 	int orphan_grace_s;
+	int pool_max_age_s;    /* a pool VM older than this is replaced */
+	int pool_yield_wait_s; /* a cold start waits this long for a yielded pool seat */
+	int pool_yield_hold_s; /* the pool does not grow this long after yielding a seat */
 	char *log_level;
 	char *log_format; /* text | json (core/log.c) */
 	char
@@ -44,7 +48,8 @@ struct cfg {
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load() */
 	struct {
-		char *lab_session, *session_id, *environment, *lesson, *image, *machine;
+		char *lab_session, *session_id, *environment, *lesson, *image, *machine, *pool,
+		    *lesson_hash;
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */
@@ -60,6 +65,7 @@ enum cfg_needs {
 int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
 /* Path of the config file: $LABVM_CONF or the default. */
 const char *cfg_path(void);
+
 void cfg_free(struct cfg *c);
 
 #endif

@@ -112,6 +112,14 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	return code;
 }
 
+char *kube_bearer(struct kube *k)
+{
+	if ((!k->token || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
+	    !k->token)
+		return NULL;
+	return xasprintf("Bearer %s", k->token);
+}
+
 long kube_get(struct kube *k, const char *path, cJSON **out)
 {
 	return kube_call(k, "GET", path, NULL, NULL, out);

@@ -37,6 +37,10 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
                const char *content_type, cJSON **out);
 
 /* Convenience wrappers. */
+/* "Bearer <token>" for a client of its own (the exec WebSocket), read as
+ * kube_call() does; NULL when there is no token. A secret: the caller frees
+ * it with util_free_secret(). */
+char *kube_bearer(struct kube *k);
 long kube_get(struct kube *k, const char *path, cJSON **out);
 /* List with a label selector (may be NULL); path of the collection. */
 long kube_list(struct kube *k, const char *path, const char *label_selector, cJSON **out);

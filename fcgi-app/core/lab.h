@@ -16,6 +16,7 @@ struct labctx {
 	struct db db;
 	struct kube kube;
 	struct agent agent;
+	char pool_after[64]; /* a lesson whose pool wants a tick after this request (pool.h) */
 };
 
 int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls);

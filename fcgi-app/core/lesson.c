@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/sha.h>
 
 #include "util.h"
 
@@ -118,8 +119,13 @@ static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char 
 	    get_str(o, "title", 1, &l->title, err, errlen) < 0 ||
 	    get_str(o, "description", 0, &l->description, err, errlen) < 0 ||
 	    get_int(o, "minutes", 60, 1, 24 * 60, &l->minutes, err, errlen) < 0 ||
-	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0)
+	    get_str(o, "setup", 0, &l->setup, err, errlen) < 0 ||
+	    get_str(o, "shell", 0, &l->shell, err, errlen) < 0)
 		goto fail;
+	if (l->shell && (l->shell[0] != '/' || strlen(l->shell) > 255 || strchr(l->shell, ' '))) {
+		snprintf(err, errlen, "\"shell\" must be an absolute path to a program");
+		goto fail;
+	}
 	const cJSON *ja = kj_get_ja(o);
 	if (ja && (get_str(ja, "title", 0, &l->title_ja, err, errlen) < 0 ||
 	           get_str(ja, "description", 0, &l->description_ja, err, errlen) < 0)) {
@@ -149,8 +155,13 @@ static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char 
 	    get_int(o, "cpus", 1, 1, 64, &l->cpus, err, errlen) < 0 ||
 	    get_int(o, "running_timeout_s", 150, 1, 86400, &l->running_timeout_s, err, errlen) <
 	        0 ||
-	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0)
+	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0 ||
+	    get_int(o, "warm", 0, 0, 1000, &l->warm, err, errlen) < 0)
 		goto fail;
+	if (l->warm && l->runtime != RUNTIME_VM) {
+		snprintf(err, errlen, "\"warm\" is for VM lessons (runtime \"vm\")");
+		goto fail;
+	}
 	if (!l->memory)
 		l->memory = xstrdup("1Gi");
 	if (!match("^[1-9][0-9]*(Mi|Gi|Ti)$", l->memory)) {
@@ -389,6 +400,18 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	free(mine);
 	if (rc < 0)
 		goto fail;
+	if (l->warm && l->nmachines) {
+		snprintf(err, errlen,
+		         "\"warm\" is for single-machine lessons (not with \"machines\")");
+		goto fail;
+	}
+	{
+		/* the content hash: a pool VM of another version of the lesson is stale */
+		unsigned char md[SHA256_DIGEST_LENGTH];
+		SHA256((const unsigned char *)json, len, md);
+		for (int i = 0; i < 20; i++)
+			snprintf(l->hash + 2 * i, 3, "%02x", md[i]);
+	}
 	cJSON_Delete(o);
 	return 0;
 fail:
@@ -501,6 +524,7 @@ void lesson_free(struct lesson *l)
 	free(l->title_ja);
 	free(l->description_ja);
 	free(l->image);
+	free(l->shell);
 	free(l->golden_pvc);
 	free(l->disk_size);
 	free(l->memory);

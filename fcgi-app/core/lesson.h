@@ -34,7 +34,7 @@ struct lesson {
 	char *description_ja;
 	enum lesson_runtime runtime;
 	int minutes;
-	char *image; /* containerDisk image */
+	char *image; /* containerDisk image (vm) or container image (pod) */
 	enum lesson_disk disk;
 	char *golden_pvc; /* disk golden */
 	char *disk_size;  /* disk datavolume, e.g. "10Gi" */
@@ -45,6 +45,7 @@ struct lesson {
 	struct lesson_file *files;
 	size_t nfiles;
 	char *setup; /* shell script; NULL = nothing to set up */
+	char *shell; /* pod lessons: the console's program (default /bin/bash, else /bin/sh) */
 	struct grader_step *steps;
 	size_t nsteps;
 	/* "machines": several VMs per session. Each entry is a whole lesson
@@ -55,6 +56,8 @@ struct lesson {
 	char *machine;
 	struct lesson *machines;
 	size_t nmachines;
+	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
 };
 
 /* How many VMs a session of this lesson has, and the i-th one's lesson. */

@@ -20,6 +20,7 @@ void lab_names_from_session(struct lab_names *n, const char *session_id)
 	snprintf(n->vm, sizeof n->vm, "lab-%s", hex);
 	snprintf(n->secret, sizeof n->secret, "lab-%s-cloudinit", hex);
 	snprintf(n->disk, sizeof n->disk, "lab-%s-disk", hex);
+	snprintf(n->files, sizeof n->files, "lab-%s-files", hex);
 }
 
 void lab_names_for_machine(struct lab_names *n, const char *session_id, const char *machine)
@@ -71,7 +72,12 @@ cJSON *manifest_labels(const struct cfg *c, const struct lab_names *n, const cha
 {
 	cJSON *l = jx_obj();
 	jx_add_str(l, c->label.lab_session, "true");
-	jx_add_str(l, c->label.session_id, n->session_id);
+	if (n->pool_hash[0]) {
+		jx_add_str(l, c->label.pool, lesson_id);
+		jx_add_str(l, c->label.lesson_hash, n->pool_hash);
+	} else {
+		jx_add_str(l, c->label.session_id, n->session_id);
+	}
 	jx_add_str(l, c->label.environment, c->environment);
 	jx_add_str(l, c->label.lesson, lesson_id);
 	if (n->machine[0])
@@ -276,15 +282,160 @@ cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const str
 	return vm;
 }
 
-cJSON *manifest_owner_patch(const char *vm_name, const char *vm_uid)
+static cJSON *owner_patch(const char *api_version, const char *kind, const char *name,
+                          const char *uid)
 {
 	cJSON *p = jx_obj();
 	cJSON *r = jx_obj();
-	jx_add_str(r, "apiVersion", "kubevirt.io/v1");
-	jx_add_str(r, "kind", "VirtualMachine");
-	jx_add_str(r, "name", vm_name);
-	jx_add_str(r, "uid", vm_uid);
+	jx_add_str(r, "apiVersion", api_version);
+	jx_add_str(r, "kind", kind);
+	jx_add_str(r, "name", name);
+	jx_add_str(r, "uid", uid);
 	jx_add_bool(r, "blockOwnerDeletion", 0);
 	jx_push(jx_add_arr(jx_add_obj(p, "metadata"), "ownerReferences"), r);
 	return p;
+}
+
+cJSON *manifest_owner_patch(const char *vm_name, const char *vm_uid)
+{
+	return owner_patch("kubevirt.io/v1", "VirtualMachine", vm_name, vm_uid);
+}
+
+cJSON *manifest_pod_owner_patch(const char *pod_name, const char *pod_uid)
+{
+	return owner_patch("v1", "Pod", pod_name, pod_uid);
+}
+
+cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l)
+{
+	cJSON *s = jx_obj(), *data;
+	jx_add_str(s, "apiVersion", "v1");
+	jx_add_str(s, "kind", "Secret");
+	jx_put(s, "metadata", metadata(c, n, n->files, c->namespace_, l->id));
+	jx_add_str(s, "type", "Opaque");
+	data = jx_add_obj(s, "data");
+	if (l->setup) {
+		char *b = util_b64(l->setup, strlen(l->setup));
+		jx_add_str(data, "setup.sh", b);
+		free(b);
+	}
+	for (size_t i = 0; i < l->nfiles; i++) {
+		char key[32];
+		char *b = util_b64(l->files[i].content, strlen(l->files[i].content));
+		snprintf(key, sizeof key, "f%zu", i);
+		jx_add_str(data, key, b);
+		free(b);
+	}
+	return s;
+}
+
+/* The container's command (see manifest.h). Setup's output goes to the log
+ * too; its last 2 KiB are the termination message when it fails. */
+static const char pod_script[] =
+    "mkdir -p /run/labvm || exit 1\n"
+    "if [ -d /labvm/files ]; then cp -RpL /labvm/files/. / || exit 1; fi\n"
+    "rc=0\n"
+    "if [ -f /labvm/setup.sh ]; then\n"
+    "  /bin/sh /labvm/setup.sh > /run/labvm/setup.log 2>&1; rc=$?\n"
+    "  cat /run/labvm/setup.log\n"
+    "fi\n"
+    "if [ \"$rc\" -ne 0 ]; then\n"
+    "  tail -c 2048 /run/labvm/setup.log > /dev/termination-log\n"
+    "  exit \"$rc\"\n"
+    "fi\n"
+    ": > " POD_READY_FLAG "\n"
+    "exec sleep infinity\n";
+
+static cJSON *str_array(const char *const *v)
+{
+	cJSON *a = jx_arr();
+	for (; *v; v++)
+		jx_push(a, cJSON_CreateString(*v));
+	return a;
+}
+
+cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct lesson *l)
+{
+	cJSON *pod = jx_obj(), *spec, *ctr, *sc, *res, *probe, *mnt, *vol, *sec, *items;
+	const char *cmd[] = {"/bin/sh", "-c", pod_script, NULL};
+	const char *probe_cmd[] = {"test", "-e", POD_READY_FLAG, NULL};
+	const char *drop[] = {"ALL", NULL};
+	char cpus[16];
+
+	jx_add_str(pod, "apiVersion", "v1");
+	jx_add_str(pod, "kind", "Pod");
+	jx_put(pod, "metadata", metadata(c, n, n->vm, c->namespace_, l->id));
+	spec = jx_add_obj(pod, "spec");
+	jx_add_str(spec, "restartPolicy", "Never");
+	jx_add_bool(spec, "automountServiceAccountToken", 0);
+	jx_add_bool(spec, "enableServiceLinks", 0);
+	/* lab Pods are disposable: no graceful shutdown wait when deleted */
+	jx_add_num(spec, "terminationGracePeriodSeconds", 0);
+	jx_add_str(jx_add_obj(jx_add_obj(spec, "securityContext"), "seccompProfile"), "type",
+	           "RuntimeDefault");
+
+	ctr = jx_obj();
+	jx_add_str(ctr, "name", POD_CONTAINER);
+	jx_add_str(ctr, "image", l->image);
+	jx_add_str(ctr, "imagePullPolicy", "IfNotPresent");
+	jx_put(ctr, "command", str_array(cmd));
+	jx_add_str(ctr, "workingDir", "/root");
+	if (l->shell) {
+		/* the console's program (labvm-console execs $LABVM_SHELL, else bash, else sh) */
+		cJSON *e = jx_obj();
+		jx_add_str(e, "name", "LABVM_SHELL");
+		jx_add_str(e, "value", l->shell);
+		jx_push(jx_add_arr(ctr, "env"), e);
+	}
+	jx_add_str(ctr, "terminationMessagePolicy", "FallbackToLogsOnError");
+	sc = jx_add_obj(ctr, "securityContext");
+	jx_put(jx_add_obj(sc, "capabilities"), "drop", str_array(drop));
+	jx_add_bool(sc, "allowPrivilegeEscalation", 0);
+	jx_add_bool(sc, "privileged", 0);
+	jx_add_str(jx_add_obj(sc, "seccompProfile"), "type", "RuntimeDefault");
+	res = jx_add_obj(ctr, "resources");
+	snprintf(cpus, sizeof cpus, "%d", l->cpus);
+	jx_add_str(jx_add_obj(res, "requests"), "memory", l->memory);
+	jx_add_str(cJSON_GetObjectItem(res, "requests"), "cpu", "100m");
+	jx_add_str(jx_add_obj(res, "limits"), "memory", l->memory);
+	jx_add_str(cJSON_GetObjectItem(res, "limits"), "cpu", cpus);
+	probe = jx_add_obj(ctr, "readinessProbe");
+	jx_put(jx_add_obj(probe, "exec"), "command", str_array(probe_cmd));
+	jx_add_num(probe, "periodSeconds", 1);
+	jx_add_num(probe, "timeoutSeconds", 5);
+	jx_add_num(probe, "failureThreshold", 3);
+	mnt = jx_obj();
+	jx_add_str(mnt, "name", "lab");
+	jx_add_str(mnt, "mountPath", "/labvm");
+	jx_add_bool(mnt, "readOnly", 1);
+	jx_push(jx_add_arr(ctr, "volumeMounts"), mnt);
+	jx_push(jx_add_arr(spec, "containers"), ctr);
+
+	vol = jx_obj();
+	jx_add_str(vol, "name", "lab");
+	sec = jx_add_obj(vol, "secret");
+	jx_add_str(sec, "secretName", n->files);
+	jx_add_num(sec, "defaultMode", 0400);
+	items = jx_add_arr(sec, "items");
+	if (l->setup) {
+		cJSON *it = jx_obj();
+		jx_add_str(it, "key", "setup.sh");
+		jx_add_str(it, "path", "setup.sh");
+		jx_push(items, it);
+	}
+	for (size_t i = 0; i < l->nfiles; i++) {
+		cJSON *it = jx_obj();
+		char key[32];
+		char *path = xasprintf("files%s", l->files[i].path);
+		snprintf(key, sizeof key, "f%zu", i);
+		jx_add_str(it, "key", key);
+		jx_add_str(it, "path", path);
+		jx_add_num(it, "mode", (double)strtol(l->files[i].mode, NULL, 8));
+		jx_push(items, it);
+		free(path);
+	}
+	if (cJSON_GetArraySize(items) == 0)
+		cJSON_DeleteItemFromObject(sec, "items"); /* an empty Secret: nothing projected */
+	jx_push(jx_add_arr(spec, "volumes"), vol);
+	return pod;
 }

@@ -1,7 +1,8 @@
 /* manifest.h - the cluster objects of a lab session, built with cJSON.
  *
  * Every object carries the labels <prefix>/lab-session: "true",
- * <prefix>/session-id, <prefix>/environment and <prefix>/lesson; the VM's
+ * <prefix>/session-id (a pool VM: <prefix>/pool and <prefix>/lesson-hash
+ * instead), <prefix>/environment and <prefix>/lesson; the VM's
  * template carries them too, so they reach the VMI and the virt-launcher pod.
  * tests/unit/test_manifest.c validates every manifest this file can produce
  * against KubeVirt's OpenAPI schema. */
@@ -18,10 +19,14 @@ struct lab_names {
 	char vm[64];     /* "lab-" + the session id without dashes */
 	char secret[96]; /* vm + "-cloudinit" */
 	char disk[96];   /* vm + "-disk" (DataVolume, disk source datavolume) */
+	char files[96];  /* vm + "-files" (a Pod's Secret: lab files and setup) */
 	/* a session of several machines: the machine's name (in the VM name,
 	 * its label and its hostname) and the session network's NAD */
 	char machine[MACHINE_NAME_MAX + 1];
 	char network[64]; /* "lab-" + hex + "-net" */
+	/* a pool VM (pool.c): labelled <prefix>/pool = the lesson and
+	 * <prefix>/lesson-hash = this instead of <prefix>/session-id */
+	char pool_hash[41];
 };
 
 /* Names derived from a session id (a UUID). */
@@ -63,5 +68,23 @@ cJSON *manifest_vm(const struct cfg *c, const struct lab_names *n, const struct 
                    enum lesson_disk disk);
 /* Merge patch making the Secret owned by the VM (garbage collected with it). */
 cJSON *manifest_owner_patch(const char *vm_name, const char *vm_uid);
+/* The same for a Pod's Secret, owned by the Pod. */
+cJSON *manifest_pod_owner_patch(const char *pod_name, const char *pod_uid);
+
+/* Pod lessons. The Secret holds the setup script (key "setup.sh") and each
+ * lab file (keys "f0", "f1", ... projected to files/<path> with its mode). */
+cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n, const struct lesson *l);
+/* The Pod: the session's labels, no service-account token, zero
+ * capabilities (drop ALL, no privilege escalation, seccomp RuntimeDefault),
+ * requests and limits, the Secret mounted read-only at /labvm. Its command
+ * copies the files into place, runs setup (output to the log and
+ * /run/labvm/setup.log), and only when setup exits 0 writes the ready flag
+ * /run/labvm/ready and stays up; otherwise it ends with setup's exit code and
+ * the output's tail as termination message. Readiness is an exec probe on
+ * the flag, so the Pod's Ready condition is the lab's. restartPolicy Never. */
+cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct lesson *l);
+
+#define POD_READY_FLAG "/run/labvm/ready"
+#define POD_CONTAINER  "lab"
 
 #endif

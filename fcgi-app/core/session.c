@@ -7,6 +7,7 @@
 
 #include "jsonx.h"
 #include "log.h"
+#include "manifest.h"
 #include "util.h"
 
 #define SESSION_COLS                                                                               \
@@ -129,8 +130,8 @@ static int parse_vms(const char *json, struct session *s)
 static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
                       struct session *s)
 {
-	char *sql =
-	    xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS " FROM sessions WHERE %s", where);
+	char *sql = xasprintf(
+	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
 	PGresult *r = db_exec(&x->db, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -165,6 +166,7 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	s->t_now = num(r, 24);
 	s->network = dup_or_null(r, 25);
 	int bad = parse_vms(db_val(r, 0, 26), s) < 0;
+	s->pool_vm = dup_or_null(r, 27);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	PQclear(r);
 	if (bad || unknown) {
@@ -209,7 +211,7 @@ void session_free(struct session *s)
 	               s->created_at,  s->submitted_at, s->running_at,
 	               s->ready_at,    s->ended_at,     s->expires_at,
 	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at};
+	               s->graded_at,   s->pool_vm};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -258,6 +260,8 @@ cJSON *session_json(const struct session *s)
 	disk = jx_add_obj(o, "disk");
 	jx_add_str(disk, "source", s->disk_source);
 	jx_add_str(disk, "fallback_reason", s->fallback_reason);
+	/* started from a warm pool VM (ready at the press) */
+	jx_add_bool(o, "pool", s->pool_vm != NULL);
 	vms = jx_add_arr(o, "vms");
 	for (size_t i = 0; i < s->nvms; i++) {
 		const struct session_vm *m = &s->vms[i];
@@ -369,6 +373,7 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 
 /* Fail the session because of machine vm: the error names the stage (and,
  * in a session of several machines, the machine). */
+static void set_stage(struct labctx *x, struct session *s, enum session_stage stage);
 static int fail(struct labctx *x, struct session *s, const struct session_vm *vm, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
 
@@ -378,6 +383,10 @@ static int fail(struct labctx *x, struct session *s, const struct session_vm *vm
 	va_list ap;
 	char msg[1024];
 	int n;
+	/* the session's stage is where it failed, even when the failure came in
+	 * the same pass as the step that led there (a setup that fails at once) */
+	if (vm && vm->stage > (int)s->stage && vm->stage < (int)STAGE_READY)
+		set_stage(x, s, (enum session_stage)vm->stage);
 	if (vm && vm->machine)
 		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
 		             session_stage_str((enum session_stage)vm->stage));
@@ -509,6 +518,10 @@ static enum look advance_ready(struct labctx *x, struct session *s, struct sessi
 	enum agent_ready r = AGENT_UNREACHABLE;
 	enum look rc = LOOK_SAME;
 
+	/* the VM runs: whatever its row said when it was loaded, a failure from
+	 * here on is a failure while setting up */
+	if (vm->stage < (int)STAGE_SETTING_UP)
+		vm->stage = STAGE_SETTING_UP;
 	if (!vm->ip) {
 		/* Running was seen before the VMI reported its address: ask again */
 		char *path = kube_path("virtualmachineinstances", c->namespace_, vm->name);
@@ -561,6 +574,193 @@ static enum look advance_ready(struct labctx *x, struct session *s, struct sessi
 		rc = LOOK_DBERR;
 out:
 	cJSON_Delete(detail);
+	return rc;
+}
+
+/* ------------------------------------------------------------ pods
+ * A pod lesson's readiness is the Pod's own: phase Running is "running"
+ * (running_at, the pod IP), its Ready condition (the exec readiness probe on
+ * the flag the container writes when setup exited 0) is "ready". What the
+ * kubelet reports names each failure. */
+
+static const cJSON *pod_condition(const cJSON *pod, const char *type)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, kj_get(pod, "status.conditions"))
+	{
+		const char *t = kj_str(c, "type");
+		if (t && strcmp(t, type) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* The lab container's state ("waiting", "running", "terminated" object) or NULL. */
+static const cJSON *pod_state(const cJSON *pod, const char **which)
+{
+	const cJSON *cs;
+	cJSON_ArrayForEach(cs, kj_get(pod, "status.containerStatuses"))
+	{
+		const char *name = kj_str(cs, "name");
+		if (!name || strcmp(name, POD_CONTAINER) != 0)
+			continue;
+		const char *keys[] = {"terminated", "waiting", "running"};
+		for (size_t i = 0; i < 3; i++) {
+			const cJSON *st = kj_get(cs, "state");
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(st, keys[i]);
+			if (cJSON_IsObject(v)) {
+				*which = keys[i];
+				return v;
+			}
+		}
+	}
+	*which = NULL;
+	return NULL;
+}
+
+int session_pod_ended(const cJSON *pod, char *out, size_t n)
+{
+	const char *phase = kj_str(pod, "status.phase");
+	const char *which;
+	const cJSON *st = pod_state(pod, &which);
+	if (!phase || (strcmp(phase, "Failed") != 0 && strcmp(phase, "Succeeded") != 0))
+		return 0;
+	if (which && strcmp(which, "terminated") == 0) {
+		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
+		const char *reason = kj_str(st, "reason"), *msg = kj_str(st, "message");
+		snprintf(out, n, "the container ended (%s) with exit code %d%s%s",
+		         reason ? reason : "terminated", cJSON_IsNumber(ec) ? ec->valueint : -1,
+		         msg && *msg ? ": " : "", msg ? msg : "");
+	} else {
+		const char *reason = kj_str(pod, "status.reason"),
+		           *msg = kj_str(pod, "status.message");
+		snprintf(out, n, "the Pod stopped (phase %s%s%s%s%s)", phase, reason ? ", " : "",
+		         reason ? reason : "", msg ? ": " : "", msg ? msg : "");
+	}
+	return 1;
+}
+
+/* Setup failing is the container ending before the ready flag: its exit
+ * code and the tail of its output (the termination message). */
+static int pod_failed(struct labctx *x, struct session *s, const cJSON *pod)
+{
+	const char *which;
+	const cJSON *st = pod_state(pod, &which);
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
+	if (which && strcmp(which, "terminated") == 0 && cJSON_IsNumber(ec) && ec->valueint != 0) {
+		const char *msg = kj_str(st, "message");
+		set_stage(x, s, STAGE_SETTING_UP); /* it ran: what failed was the setup */
+		return fail(x, s, NULL, "the lab setup failed with exit code %d%s%s", ec->valueint,
+		            msg && *msg ? ": " : "", msg ? msg : "");
+	}
+	char why[1024];
+	if (!session_pod_ended(pod, why, sizeof why))
+		snprintf(why, sizeof why, "the Pod stopped");
+	return fail(x, s, NULL, "%s", why);
+}
+
+static int get_pod(struct labctx *x, const char *name, cJSON **pod)
+{
+	char *path = kube_path("pods", x->cfg->namespace_, name);
+	long code = kube_get(&x->kube, path, pod);
+	free(path);
+	return (int)code;
+}
+
+static int advance_running_pod(struct labctx *x, struct session *s, struct session_vm *vm,
+                               int overdue)
+{
+	cJSON *pod = NULL;
+	int code = get_pod(x, vm->name, &pod);
+	const char *phase = code == 200 ? kj_str(pod, "status.phase") : NULL;
+	const char *which;
+	const cJSON *st = code == 200 ? pod_state(pod, &which) : NULL;
+	const char *wreason = st && strcmp(which, "waiting") == 0 ? kj_str(st, "reason") : NULL;
+	int rc = 0;
+
+	if (code == 404) {
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
+	} else if (phase && strcmp(phase, "Running") == 0) {
+		const char *ip = kj_str(pod, "status.podIP");
+		const char *p[3] = {s->id, ip, vm->name};
+		if (db_cmd(
+		        &x->db,
+		        "UPDATE sessions SET running_at = clock_timestamp(), stage = 'setting_up' "
+		        "WHERE id = $1::uuid AND state = 'starting' AND running_at IS NULL",
+		        1, p) < 0 ||
+		    (ip && db_cmd(&x->db,
+		                  "UPDATE session_vms SET ip = $2 WHERE session_id = $1::uuid "
+		                  "AND vm_name = $3",
+		                  3, p) < 0))
+			rc = -1;
+		else
+			rc = reload(x, s);
+	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+		rc = pod_failed(x, s, pod);
+	} else if (wreason && (strcmp(wreason, "ErrImagePull") == 0 ||
+	                       strcmp(wreason, "ImagePullBackOff") == 0 ||
+	                       strcmp(wreason, "InvalidImageName") == 0 ||
+	                       strcmp(wreason, "ErrImageNeverPull") == 0)) {
+		/* the kubelet could not pull the lesson's image: say so now */
+		const char *msg = kj_str(st, "message");
+		set_stage(x, s, STAGE_BOOTING);
+		rc = fail(x, s, NULL, "the image could not be pulled (%s%s%s)", wreason,
+		          msg && *msg ? ": " : "", msg ? msg : "");
+	} else {
+		const cJSON *sched = code == 200 ? pod_condition(pod, "PodScheduled") : NULL;
+		const char *ss = kj_str(sched, "status");
+		int scheduled = ss && strcmp(ss, "True") == 0;
+		if (code == 200)
+			set_stage(x, s, scheduled ? STAGE_BOOTING : STAGE_SCHEDULING);
+		if (overdue) {
+			if (code == 200 && !scheduled)
+				rc = fail(
+				    x, s, NULL, "the Pod was not scheduled within %d s (%s%s%s)",
+				    s->running_timeout_s,
+				    kj_str(sched, "reason") ? kj_str(sched, "reason") : "pending",
+				    kj_str(sched, "message") ? ": " : "",
+				    kj_str(sched, "message") ? kj_str(sched, "message") : "");
+			else
+				rc = fail(x, s, NULL,
+				          "the Pod was not running within %d s (container %s)",
+				          s->running_timeout_s,
+				          wreason ? wreason
+				                  : (code == 200 ? "not started" : x->kube.msg));
+		}
+	}
+	cJSON_Delete(pod);
+	return rc;
+}
+
+static int advance_ready_pod(struct labctx *x, struct session *s, struct session_vm *vm,
+                             int overdue)
+{
+	cJSON *pod = NULL;
+	int code = get_pod(x, vm->name, &pod);
+	const char *phase = code == 200 ? kj_str(pod, "status.phase") : NULL;
+	const char *ready = kj_str(pod_condition(pod, "Ready"), "status");
+	int rc = 0;
+
+	if (code == 404) {
+		rc = fail(x, s, NULL, "the Pod %s disappeared from the cluster", vm->name);
+	} else if (phase && strcmp(phase, "Running") == 0 && ready && strcmp(ready, "True") == 0) {
+		const char *p[1] = {s->id};
+		rc = db_cmd(&x->db,
+		            "UPDATE sessions SET ready_at = clock_timestamp(), state = 'ready', "
+		            "stage = 'ready', "
+		            "expires_at = clock_timestamp() + (expires_at - created_at) "
+		            "WHERE id = $1::uuid AND state = 'starting' AND ready_at IS NULL",
+		            1, p);
+		if (rc == 0)
+			rc = reload(x, s);
+	} else if (phase && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+		rc = pod_failed(x, s, pod);
+	} else if (overdue) {
+		rc = fail(x, s, NULL, "the lab was not ready %d s after the Pod started (Ready %s)",
+		          s->ready_timeout_s,
+		          ready ? ready : (code == 200 ? "unknown" : x->kube.msg));
+	}
+	cJSON_Delete(pod);
 	return rc;
 }
 
@@ -686,7 +886,19 @@ int session_advance(struct labctx *x, struct session *s)
 	case DUE_NO_VM:
 		return fail(x, s, NULL, "the session has no VM");
 	case DUE_RUNNING:
+		if (s->runtime == RUNTIME_POD) {
+			/* one Pod: its phase, then its Ready condition (the kubelet's probe) */
+			if (advance_running_pod(x, s, &s->vms[0], d.overdue) < 0)
+				return -1;
+			d = session_due(s, s->t_now); /* Running just now: look for Ready at once */
+			if (d.what != DUE_READY)
+				return 0;
+			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
+		}
+		/* fall through */
 	case DUE_READY:
+		if (s->runtime == RUNTIME_POD)
+			return advance_ready_pod(x, s, &s->vms[0], d.overdue);
 		return advance_machines(x, s);
 	}
 	return 0;

@@ -56,6 +56,7 @@ struct session {
 	char *disk_source, *fallback_reason;
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
+	char *pool_vm; /* the warm pool VM this session claimed, or NULL (pool.h) */
 	int running_timeout_s, ready_timeout_s;
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
@@ -112,6 +113,10 @@ int session_advance(struct labctx *x, struct session *s);
  * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */
 int session_finish(struct labctx *x, struct session *s, enum session_state state,
                    const char *end_reason, const char *error);
+
+/* A lab Pod (as the API shows it) that has ended: 1 and why in out (the
+ * container's exit code, reason and message), else 0. */
+int session_pod_ended(const cJSON *pod, char *out, size_t n);
 
 /* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
  * them deleted in the database. Returns how many objects could not be deleted. */

@@ -148,11 +148,28 @@ async function main() {
       await fail.waitFor({ timeout: 10000 });
       const fc = await fail.locator('td').allTextContents();
       assert(fc[3] === 'setting up' && /exit code/.test(fc[4]), 'the failure with its stage and error', fc);
-      assert(await page.isDisabled('#warm-button'), 'warm a lesson: disabled without a warm pool');
+      assert(!(await page.isDisabled('#warm-button')), 'warm a lesson: the button works');
       const csp = await page.evaluate(() => window.__csp);
       assert(csp.length === 0, 'no CSP violation', csp);
       await page.screenshot({ path: path.join(ART, 'operator-en.png'), fullPage: true });
     });
+
+    await step('the operator warms a lesson for a class from the page', async () => {
+      await page.goto(`${base}/operator.html`);
+      await page.waitForSelector('#view-main:not([hidden])', { timeout: 15000 });
+      await page.fill('#warm-lesson', 'linux-basics');
+      await page.fill('#warm-count', '1');
+      await page.click('#warm-button');
+      await page.waitForFunction(() => /Warming linux-basics/.test(document.querySelector('#warm-result').textContent), null, { timeout: 15000 });
+      await page.locator('#warm-lessons li[data-lesson="linux-basics"]').waitFor({ timeout: 15000 });
+      const line = await page.textContent('#warm-lessons li[data-lesson="linux-basics"]');
+      assert(/target 1/.test(line), 'the pool of the lesson is listed', line);
+      const pool = await api(base, OPERATOR, 'GET', '/api/operator/pool');
+      const w = (pool.json.warm || []).filter((x) => x.lesson === 'linux-basics' && x.created_by === OPERATOR);
+      assert(w.length === 1 && w[0].count === 1, 'one warm request of the operator', pool.json.warm);
+      for (const x of w) await api(base, OPERATOR, 'DELETE', `/api/operator/pool/${x.id}`);
+      await api(base, OPERATOR, 'GET', '/api/operator/pool'); // its VM goes (surplus)
+    }, { independent: true });
 
     await step('the operator ends the session from the page', async () => {
       page.once('dialog', (d) => d.accept());

@@ -58,10 +58,9 @@ for fe, url in frontends():
                         headers={"Content-Type": "application/json"})
         err(r, 404, "unknown_lesson", "60 KiB body is read")
 
-    @t.test(name=f"{fe}: unknown lesson 404, pod lesson 501, unknown route 404, wrong method 405")
+    @t.test(name=f"{fe}: unknown lesson 404, unknown route 404, wrong method 405")
     def routes():
         err(api.start("no-such-lesson"), 404, "unknown_lesson", "unknown lesson")
-        err(api.start("k8s-pod-intro"), 501, "not_implemented", "pod lesson")
         err(api.request("GET", "/api/nope"), 404, "not_found", "unknown route")
         err(api.request("GET", "/api/sessions/x/y/z"), 404, "not_found", "deep path")
         r = api.request("PUT", "/api/sessions", {"lesson": "linux-basics"})

@@ -130,6 +130,7 @@ def setup_fails():
     final = api.wait_state(s["id"], ("ready", "failed"), 90)
     t.eq(final["state"], "failed", "failed, not ready")
     t.eq(final["end_reason"], "failed", "end_reason")
+    t.eq(final["stage"], "setting_up", "the session's stage is where it failed")
     t.ok("setting_up" in final["error"] and "exit code 3" in final["error"],
          "the error names the stage and the exit code", final["error"])
     t.ok("lab data archive not found" in final["error"], "and carries the setup's output")

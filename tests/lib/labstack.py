@@ -302,6 +302,7 @@ class Stack:
             "kube_ca_file": os.path.join(sd, "ca.crt"),
             "database": self.database,
             "vm_capacity": str(self.capacity),
+            "pod_capacity": "32" if self.demo else "6",
             "lessons_dir": lessons,
             "label_prefix": "labvm.io",
             "ticket_key_file": key,
@@ -309,6 +310,7 @@ class Stack:
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "120",
+            "operators": "operator",
             "log_level": "info",
         }
         with open(self.conf, "w") as f:
@@ -327,6 +329,7 @@ class Stack:
             for i in range(1, (USERS if self.demo else TEST_USERS) + 1):
                 f.write(f"student{i}:{h}\n")
             f.write(f"teacher:{h}\n")
+            f.write(f"operator:{h}\n")
         os.chmod(out, 0o644)
         return out
 

@@ -18,9 +18,14 @@ def reset_world(kube=None, db=None):
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
+    # the warm pool (issue #18): no warm requests, no idle pool VM rows
+    db.query("DELETE FROM pool_warm")
+    db.query("DELETE FROM pool_vms")
     db.query("UPDATE session_queue SET state = 'left', ended_at = now() WHERE state = 'waiting'")
-    for kind in ("virtualmachines", "secrets", "network-attachment-definitions"):
-        for o in kube.list(kind, f"{PREFIX}/lab-session=true"):
+    for kind in ("virtualmachines", "secrets", "network-attachment-definitions", "pods"):
+        # lab Pods; a VM's launcher pod goes with its VM
+        sel = f"{PREFIX}/lab-session=true" + (",!kubevirt.io" if kind == "pods" else "")
+        for o in kube.list(kind, sel):
             kube.delete(kind, o["metadata"]["name"])
     wait_until(lambda: not kube.list("virtualmachines", f"{PREFIX}/lab-session=true"),
                timeout=30, what=f"no lab VMs left (environment {envname} and others)")

@@ -47,16 +47,18 @@ def resource_of(obj):
     return resources.BY_KIND[(group, obj["kind"])]
 
 
-objs = [d for d in docs if d.get("kind") in ("VirtualMachine", "Secret",
+objs = [d for d in docs if d.get("kind") in ("VirtualMachine", "Secret", "Pod",
                                               "NetworkAttachmentDefinition")]
+pods = [d for d in docs if d.get("kind") == "Pod"]
 cfgs = [d for d in docs if d.get("kind") == "cloud-config"]
 
 
-@t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets) validate strictly")
+@t.test(name=f"{len(objs)} manifests (VMs for every disk source, Secrets, Pods) validate strictly")
 def manifests_validate():
     t.require(len(objs) >= 10, f"enough manifests produced: {len(objs)}")
-    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret", "NetworkAttachmentDefinition"},
-         "VMs, Secrets and the session network's NAD",
+    t.ok({o["kind"] for o in objs} == {"VirtualMachine", "Secret", "Pod",
+                                       "NetworkAttachmentDefinition"},
+         "VMs, Secrets, the session network's NAD and (pod lessons) Pods",
          {o["kind"] for o in objs})
     kinds = {(o["kind"], next((vol for vol in o.get("spec", {}).get("template", {}).get("spec", {})
                                .get("volumes", []) if vol["name"] == "rootdisk"), {}).keys()
@@ -67,6 +69,35 @@ def manifests_validate():
         errs = v.validate(resource_of(o), o)
         t.ok(not errs, f"{o['kind']} {o['metadata']['name']} ({o['metadata']['labels'].get('labvm.io/lesson')})",
              [f"{e.path}: {e.msg}" for e in errs])
+
+
+@t.test(name=f"{len(pods)} lab Pods: zero capabilities, no token, limits, the flag probe")
+def lab_pods():
+    t.ok(len(pods) >= 3, "pod lessons produce Pods", len(pods))
+    for p in pods:
+        name = p["metadata"]["labels"]["labvm.io/lesson"]
+        spec = p["spec"]
+        c = spec["containers"][0]
+        t.eq(set(p["metadata"]["labels"]), {"labvm.io/lab-session", "labvm.io/session-id",
+                                            "labvm.io/environment", "labvm.io/lesson"},
+             f"{name}: the four labels")
+        t.eq(spec["automountServiceAccountToken"], False, f"{name}: no token")
+        t.eq(spec["restartPolicy"], "Never", f"{name}: never restarted")
+        sc = c["securityContext"]
+        t.eq((sc["capabilities"], sc["allowPrivilegeEscalation"], sc["privileged"],
+              sc["seccompProfile"]), ({"drop": ["ALL"]}, False, False, {"type": "RuntimeDefault"}),
+             f"{name}: zero capabilities")
+        t.ok(c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"],
+             f"{name}: requests and limits")
+        t.eq(c["readinessProbe"]["exec"]["command"], ["test", "-e", "/run/labvm/ready"],
+             f"{name}: readiness is the flag")
+        script = c["command"][2]
+        t.ok(script.index("setup.sh") < script.index(": > /run/labvm/ready"),
+             f"{name}: the flag after setup")
+        vol = spec["volumes"][0]["secret"]
+        t.eq(vol["secretName"], p["metadata"]["name"] + "-files", f"{name}: its Secret")
+        t.ok(all(not it["path"].startswith("/") and ".." not in it["path"].split("/")
+                 for it in vol.get("items", [])), f"{name}: item paths are relative")
 
 
 @t.test(name="a schema violation is caught (the validator is not a no-op)")
@@ -238,8 +269,11 @@ def network_policy():
         t.ok(not errs, f"NetworkPolicy {npol['metadata']['name']}", errs)
         spec = npol["spec"]
         t.eq(sorted(spec["policyTypes"]), ["Egress", "Ingress"], "both directions isolated")
-        t.eq([p["port"] for r in spec["ingress"] for p in r["ports"]], [8899],
-             "ingress only to the agent port")
+        pods_only = {"key": "kubevirt.io", "operator": "DoesNotExist"} in \
+            spec["podSelector"].get("matchExpressions", [])
+        t.eq([p["port"] for r in spec.get("ingress", []) for p in r["ports"]],
+             [] if pods_only else [8899],
+             "lab Pods: no ingress at all" if pods_only else "ingress only to the agent port")
         bad = dict(npol, spec=dict(spec, podSelectr={}))
         errs = []
         check({"$ref": f"#/components/schemas/{name}"}, bad, "", errs)

@@ -1,6 +1,7 @@
 /* tool_manifests LESSONS_DIR: print, one JSON document per line, every
  * manifest labvm can produce for these lessons (Secret, and the VM for every
- * disk source the lesson can end up with), plus the cloud-config of each
+ * disk source the lesson can end up with; for a pod lesson its Secret and
+ * Pod), plus the cloud-config of each
  * lesson as {"kind":"cloud-config","lesson":ID,"userdata":TEXT}. The Python
  * test tests/unit/test_manifests.py validates them against the upstream
  * schemas and parses the cloud-config as cloud-init would. */
@@ -49,8 +50,11 @@ int main(int argc, char **argv)
 	lab_names_from_session(&n, "0b7e6c1a-8d3c-4c41-9a55-3f0b7a1c2d3e");
 	for (size_t i = 0; i < ls.n; i++) {
 		const struct lesson *l = &ls.v[i];
-		if (l->runtime != RUNTIME_VM)
+		if (l->runtime == RUNTIME_POD) {
+			emit(manifest_pod_secret(&c, &n, l));
+			emit(manifest_pod(&c, &n, l));
 			continue;
+		}
 		if (l->nmachines) {
 			/* a session of several machines: the NAD, then each machine's
 			 * cloud-config (with /etc/hosts), Secret (with network data), VM */
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
 			emit(manifest_vm(&c, &n, l, DISK_CONTAINERDISK));
 	}
 	emit(manifest_owner_patch(n.vm, "3f0b7a1c-2d3e-4c41-9a55-0b7e6c1a8d3c"));
+	emit(manifest_pod_owner_patch(n.vm, "3f0b7a1c-2d3e-4c41-9a55-0b7e6c1a8d3c"));
 	lessons_free(&ls);
 	return 0;
 }

@@ -13,6 +13,7 @@ from util import dig
 
 from .base import FAILING_IMAGE, Controller, cond, set_condition
 from .kubevirt.common import LAUNCHER_IMAGE
+from .pods import PodContainers, is_launcher
 
 PRELOADED = (LAUNCHER_IMAGE,)      # images every node already has
 
@@ -52,6 +53,8 @@ class Kubelet(Controller):
         self.ips = mgr.ipam.ips
         self.images = {}           # node -> set(images pulled)
         self.pulling = {}          # (node, image) -> monotonic time the pull completes
+        self.mgr = mgr
+        self.containers = PodContainers(self)   # pods that are not launchers (pods.py)
 
     def reconcile(self, store):
         for pod in store.list("pods"):
@@ -61,6 +64,10 @@ class Kubelet(Controller):
             elif dig(pod, "spec", "nodeName") and \
                     (dig(pod, "status", "phase") or "Pending") == "Pending":
                 self.start(pod, pod["spec"]["nodeName"])
+            elif self.containers.enabled and not is_launcher(pod) and \
+                    dig(pod, "status", "phase") == "Running":
+                if not self.containers.crashed(pod):
+                    self.containers.running(pod)
 
     def _pod_status(self, pod, **kw):
         return pod_status(self.api, pod, **kw)
@@ -73,6 +80,8 @@ class Kubelet(Controller):
         uid = md["uid"]
         if not dig(pod, "spec", "nodeName"):
             self.store.remove("pods", pod)
+            return
+        if self.containers.enabled and not is_launcher(pod) and self.containers.terminate(pod):
             return
         # the VMI's guest must be down before the launcher goes away
         owner = next((o for o in md.get("ownerReferences") or []
@@ -150,8 +159,11 @@ class Kubelet(Controller):
             if FAILING_IMAGE in img:
                 k = (uid, "pull-retry")
                 if self.due.get(k, 0) <= time.monotonic():
-                    first = not dig(pod, "status", "containerStatuses", 1, "state", "waiting",
-                                    "reason") in ("ErrImagePull", "ImagePullBackOff")
+                    first = not any(
+                        dig(st, "state", "waiting", "reason") in ("ErrImagePull",
+                                                                  "ImagePullBackOff")
+                        for st in dig(pod, "status", "containerStatuses") or []
+                        if st.get("image") == img)
                     reason = "ErrImagePull" if first else "ImagePullBackOff"
                     self.api.event(pod, "Warning", "Failed",
                                    f'Failed to pull image "{img}": rpc error: code = NotFound '
@@ -186,6 +198,9 @@ class Kubelet(Controller):
             self.api.event(pod, "Normal", "Pulled", f'Successfully pulled image "{img}"',
                            "kubelet")
         if not self.ready(uid, "container", "container_start"):
+            return
+        if self.containers.enabled and not is_launcher(pod):
+            self.containers.pending(pod)
             return
         vmi_uid = md.get("labels", {}).get("kubevirt.io/created-by")
         ip = self.ips.get(vmi_uid) if vmi_uid else None

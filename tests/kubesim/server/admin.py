@@ -2,6 +2,7 @@
 guests and exec in a guest, compact, tokens); see the README's table."""
 import json
 import threading
+import signal
 import time
 
 import errors
@@ -77,7 +78,13 @@ class AdminEndpoints:
                                         "groups": user.groups})
         elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "exec" and method == "POST":
             return self.guest_exec(parts[1], parts[2], self.sim_json())
+        elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "kill" and method == "POST":
+            return self.guest_kill(parts[1], parts[2])
         raise errors.ApiError(404, f"no such simulator endpoint: {method} {path}", "NotFound", {})
+
+    def guest_kill(self, ns, name):
+        """A lab pod's container dies (SIGKILL to its PID 1, as the OOM killer would)."""
+        return _kill_pod_container(self, ns, name)
 
     def guest_exec(self, ns, name, body):
         sim = self.sim
@@ -88,7 +95,11 @@ class AdminEndpoints:
         with sim.store.lock:
             vmi = sim.store.get("virtualmachineinstances", ns, name)
             if vmi is None:
-                raise errors.not_found(BY_PLURAL["virtualmachineinstances"], name)
+                # a lab Pod's container (the pod's own exec subresource is the real way)
+                vmi = sim.store.get("pods", ns, name)
+                if vmi is None or "kubevirt.io/created-by" in (vmi["metadata"].get("labels")
+                                                               or {}):
+                    raise errors.not_found(BY_PLURAL["virtualmachineinstances"], name)
             uid = vmi["metadata"]["uid"]
         # a process guest is started just after its VMI turns Running: give a
         # guest that is still starting a moment instead of a spurious 409
@@ -106,6 +117,20 @@ class AdminEndpoints:
         return self.send_json(200, {"exit_code": code,
                                     "stdout": out.decode("utf-8", "replace"),
                                     "stderr": err.decode("utf-8", "replace")})
+
+
+def _kill_pod_container(handler, ns, name):
+    sim = handler.sim
+    with sim.store.lock:
+        pod = sim.store.get("pods", ns, name)
+        if pod is None:
+            raise errors.not_found(BY_PLURAL["pods"], name)
+        uid = pod["metadata"]["uid"]
+    g = sim.controllers.guests.get(uid)
+    if g is None or getattr(g, "kind", "") != "pod" or not g.alive():
+        raise errors.ApiError(409, f"the container of {ns}/{name} is not running", "Conflict")
+    g.kill(signal.SIGKILL)
+    return handler.send_json(200, {"killed": name})
 
 
 def guest_info(sim, rss=False):

@@ -21,11 +21,12 @@ from resources import BY_GVR, BY_PLURAL, GROUPS
 from .admin import AdminEndpoints
 from .discovery import Discovery, group_obj, resource_list
 from .httpio import Dropped, HttpIO
+from .podexec import PodExec
 from .subresources import KubevirtSubresources
 from .watch import Watch
 
 
-class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
+class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, HttpIO):
     sim = None  # set by app.serve()
 
     # ------------------------------------------------------------ dispatch
@@ -145,9 +146,18 @@ class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound", {})
         if sub and not ((sub == "status" and res.status) or
-                        (sub == "finalize" and res.plural == "namespaces")):
+                        (sub == "finalize" and res.plural == "namespaces") or
+                        (sub in ("exec", "log") and res.plural == "pods" and name)):
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound", {})
+        if sub in ("exec", "log") and res.plural == "pods":
+            # connect verbs: exec is `create` for GET (WebSocket) and POST alike
+            if sub == "exec" and method not in ("GET", "POST"):
+                raise errors.method_not_allowed()
+            if sub == "log" and method != "GET":
+                raise errors.method_not_allowed()
+            return {"kind": "podsub", "res": res, "ns": ns, "name": name, "sub": sub,
+                    "verb": "create" if sub == "exec" else "get"}
         watch = q.get("watch") in ("1", "true", "True")
         if method in ("GET", "HEAD"):
             verb = "watch" if watch else ("get" if name else "list")
@@ -174,7 +184,7 @@ class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
                 "verb": verb}
 
     def apply_faults(self, route):
-        if route["kind"] not in ("resource", "kvsub"):
+        if route["kind"] not in ("resource", "kvsub", "podsub"):
             return
         res = route["res"]
         rule = self.sim.faults.match(route["verb"], res.plural, route.get("sub"),
@@ -216,6 +226,8 @@ class Handler(Watch, Discovery, KubevirtSubresources, AdminEndpoints, HttpIO):
             return self.send_json(200, resource_list(route["group"], route["version"]))
         if k == "kvsub":
             return self.kubevirt_sub(method, route, q, user)
+        if k == "podsub":
+            return self.pod_sub(method, route, user)
         res, ns, name, sub, verb = (route[x] for x in ("res", "ns", "name", "sub", "verb"))
         api = sim.api
         api.authorize(user, verb, res, ns, name, sub)

@@ -100,6 +100,37 @@ class Sim:
             raise RuntimeError(f"exec {name}: {c} {o}")
         return o
 
+    def exec_pod(self, name, argv, ns=NS, timeout=10):
+        """(exit code, stdout, stderr) of argv in the pod, through the exec
+        subresource (v4.channel.k8s.io, admin token)."""
+        import asyncio
+        import json as _json
+        import ssl as _ssl
+        import urllib.parse as _up
+        import websockets as _ws
+        q = _up.urlencode([("command", a) for a in argv] + [("stdout", "true"),
+                                                              ("stderr", "true")])
+        url = self.url.replace("https://", "wss://") + f"/api/v1/namespaces/{ns}/pods/{name}/exec?{q}"
+
+        async def go():
+            out = {}
+            async with _ws.connect(url, ssl=_ssl.create_default_context(cafile=self.ca),
+                                   subprotocols=["v4.channel.k8s.io"], max_size=None,
+                                   extra_headers={"Authorization": "Bearer " + self.admin_token}
+                                   ) as w:
+                try:
+                    while True:
+                        m = await asyncio.wait_for(w.recv(), timeout)
+                        if m:
+                            out[m[0]] = out.get(m[0], b"") + m[1:]
+                except _ws.ConnectionClosed:
+                    pass
+            st = _json.loads(out.get(3) or b"{}")
+            code = 0 if st.get("status") == "Success" else int(
+                ((st.get("details") or {}).get("causes") or [{}])[0].get("message", -1))
+            return code, out.get(1, b""), out.get(2, b"")
+        return asyncio.run(go())
+
     def kubeconfig(self, token=None):
         p = os.path.join(self.dir, f"kc-{abs(hash(token or ''))}")
         with open(p, "w") as f:

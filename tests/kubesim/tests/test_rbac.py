@@ -24,7 +24,7 @@ RES = {  # resource -> (group, collection path, object path of something that ex
     "secrets": ("", f"/api/v1/namespaces/{NS}/secrets", "rb-sec"),
     "persistentvolumeclaims": ("", f"/api/v1/namespaces/{NS}/persistentvolumeclaims",
                                "golden-debian-12"),
-    "pods": ("", f"/api/v1/namespaces/{NS}/pods", "nopod"),
+    "pods": ("", f"/api/v1/namespaces/{NS}/pods", "rb-pod"),
     "events": ("", f"/api/v1/namespaces/{NS}/events", "noevent"),
     "virtualmachines": ("kubevirt.io", f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines",
                         "rb-vm"),
@@ -36,6 +36,8 @@ RES = {  # resource -> (group, collection path, object path of something that ex
 }
 A.post(RES["secrets"][1], secret("rb-sec", "x"))
 A.post(VMS, vm("rb-vm", run_strategy="Always"))
+A.post(RES["pods"][1], {"metadata": {"name": "rb-pod"}, "spec": {"containers": [
+    {"name": "c", "image": "debian:12", "command": ["sleep", "infinity"]}]}})
 wait_for(lambda: A.get(RES["virtualmachineinstances"][1] + "/rb-vm").status == 200, 5)
 
 
@@ -92,8 +94,8 @@ def backend_matrix_matches_rbac_yaml():
 
 @t.test
 def forbidden_message_format():
-    r = B.get(f"/api/v1/namespaces/{NS}/pods")
-    t.eq(r.json.get("message"), f'pods is forbidden: User "{SA}" cannot list resource "pods" '
+    r = B.get(f"/api/v1/namespaces/{NS}/events")
+    t.eq(r.json.get("message"), f'events is forbidden: User "{SA}" cannot list resource "events" '
          f'in API group "" in the namespace "{NS}"', "list message")
     r = B.put(f"{VMS}/rb-vm", A.get(f"{VMS}/rb-vm").json)
     t.eq(r.json.get("message"), f'virtualmachines.kubevirt.io "rb-vm" is forbidden: User "{SA}" '
@@ -133,6 +135,24 @@ def what_labvm_does_is_allowed():
     t.eq(B.delete(f"{VMS}/rb-flow").status, 200, "delete VM")
     r = B.delete(RES["secrets"][1] + "/rb-flow")
     t.ok(r.status in (200, 404), "delete secret (or already collected with its VM)", r.status)
+    # a pod lesson: files Secret, Pod, owner, count, exec (console and grading), delete
+    t.eq(B.post(RES["secrets"][1], secret("rb-pflow", "x")).status, 201, "create pod secret")
+    r = B.post(RES["pods"][1], {"metadata": {"name": "rb-pflow"}, "spec": {"containers": [
+        {"name": "lab", "image": "debian:12", "command": ["sleep", "infinity"]}]}})
+    t.eq(r.status, 201, "create Pod")
+    r = B.patch(RES["secrets"][1] + "/rb-pflow", {"metadata": {"ownerReferences": [{
+        "apiVersion": "v1", "kind": "Pod", "name": "rb-pflow", "uid": r.json["metadata"]["uid"],
+        "controller": False}]}})
+    t.eq(r.status, 200, "the Secret owned by the Pod")
+    t.eq(B.get(RES["pods"][1] + "?labelSelector=labvm.io%2Flab-session%3Dtrue%2C%21kubevirt.io")
+         .status, 200, "count lab Pods")
+    t.eq(B.get(RES["pods"][1] + "/rb-pflow").status, 200, "get the Pod (readiness)")
+    # pods/exec create: past authorization (400: the probe asks for no stream)
+    t.eq(B.post(RES["pods"][1] + "/rb-pflow/exec?command=true").status, 400, "exec allowed")
+    t.eq(B.get(RES["pods"][1] + "/rb-pflow/exec?command=true").status, 400,
+         "exec by GET (the WebSocket's) allowed by create")
+    t.eq(B.get(RES["pods"][1] + "/rb-pflow/log").status, 403, "pods/log is not granted")
+    t.eq(B.delete(RES["pods"][1] + "/rb-pflow").status, 200, "delete Pod")
 
 
 @t.test
