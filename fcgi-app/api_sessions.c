@@ -573,8 +573,8 @@ static enum step run_start(struct req *r, struct start *st)
 	}
 	const char *from = st->qid ? ", from the line" : "";
 	if (st->lesson->runtime == RUNTIME_POD)
-		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use%s)", r->user,
-		         st->lesson->id, st->sid, st->vms[0].names.vm, st->in_use + 1,
+		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use%s)",
+		         r->user, st->lesson->id, st->sid, st->vms[0].names.vm, st->in_use + 1,
 		         c->pod_capacity, from);
 	else
 		for (size_t i = 0; !st->claimed && i < st->n; i++)
@@ -618,15 +618,16 @@ static enum hres join_line(struct req *r, struct start *st)
 		goto dberr;
 	if (got) {
 		db_rollback(&x->db);
-		cJSON *o = error_json(E_SESSION_EXISTS, "you are already waiting in line for a lab");
+		cJSON *o =
+		    error_json(E_SESSION_EXISTS, "you are already waiting in line for a lab");
 		jx_put(o, "session", place);
 		resp_error_json(r, E_SESSION_EXISTS, o);
 		return H_DONE;
 	}
 	if (queue_join(x, r->user, st->lesson, (long)st->n, qid) < 0 || db_commit(&x->db) < 0)
 		goto dberr;
-	log_info("queue: user %s joined the line for lesson %s (place %s)", r->user,
-	         st->lesson->id, qid);
+	log_info("queue: user %s joined the line for lesson %s (place %s)", r->user, st->lesson->id,
+	         qid);
 	cJSON *o = queue_place_json(x, qid);
 	if (!o) {
 		resp_error(r, E_DB_UNAVAILABLE, "the place was taken but cannot be read");

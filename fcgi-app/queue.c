@@ -12,7 +12,7 @@
 #include "session.h"
 
 #define LOCK_LINE "7305"
-#define PUMP_MAX 16 /* admissions one request makes at most */
+#define PUMP_MAX  16 /* admissions one request makes at most */
 
 const char *queue_pool(const struct lesson *l)
 {
@@ -94,8 +94,7 @@ int queue_claim(struct labctx *x, const char *qid)
 	return n > 0;
 }
 
-int queue_join(struct labctx *x, const char *user, const struct lesson *l, long seats,
-               char qid[37])
+int queue_join(struct labctx *x, const char *user, const struct lesson *l, long seats, char qid[37])
 {
 	char ns[16];
 	if (util_uuid4(qid) < 0)
@@ -216,9 +215,10 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 		jx_add_str(o, "state", st);
 		jx_add_str(o, "ended_at", db_val(res, 0, 6));
 		if (strcmp(state, "lapsed") == 0)
-			jx_add_str(o, "message",
-			           "your place in line lapsed: the page did not check in for a while. "
-			           "Start again to join the line anew.");
+			jx_add_str(
+			    o, "message",
+			    "your place in line lapsed: the page did not check in for a while. "
+			    "Start again to join the line anew.");
 		else if (db_val(res, 0, 7))
 			jx_add_str(o, "message", db_val(res, 0, 7));
 	}
@@ -324,7 +324,8 @@ int queue_route(struct req *r, handler_fn fn, int current, enum hres *h)
 	} else if (fn == api_session_get) {
 		/* a poll: the place is alive, unless it lapsed already; then move
 		 * the line, which may admit it */
-		if (lapse_stale(x) < 0 || db_cmd(&x->db,
+		if (lapse_stale(x) < 0 ||
+		    db_cmd(&x->db,
 		           "UPDATE session_queue SET last_seen_at = now() WHERE id = $1::uuid AND "
 		           "state = 'waiting'",
 		           1, p) < 0) {
