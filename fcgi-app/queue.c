@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jsonx.h"
 #include "lesson.h"
@@ -113,53 +114,106 @@ int queue_join(struct labctx *x, const char *user, const struct lesson *l, long 
 	              6, p);
 }
 
+/* The longest a session can hold a seat from its admission: the longest
+ * lesson's minutes plus its start deadlines (minutes count from ready). */
+static double longest_hold_s(const struct labctx *x)
+{
+	double m = 0;
+	for (size_t i = 0; x->lessons && i < x->lessons->n; i++) {
+		const struct lesson *l = &x->lessons->v[i];
+		double h = l->minutes * 60.0 + l->running_timeout_s + l->ready_timeout_s;
+		if (h > m)
+			m = h;
+	}
+	return m;
+}
+
+/* The k-th time a seat frees: each seat frees at t[i]; a freed seat goes to
+ * the next place, which holds it for `next` seconds. Destroys t. */
+static long long kth_free(long long *t, size_t n, long k, long long next)
+{
+	long long at = 0;
+	for (long j = 0; j < k; j++) {
+		size_t m = 0;
+		for (size_t i = 1; i < n; i++)
+			if (t[i] < t[m])
+				m = i;
+		at = t[m];
+		t[m] += next;
+	}
+	return at;
+}
+
+/* Microseconds since the epoch as labvm_ts() writes them (ms truncated). */
+static void add_ts(cJSON *q, const char *key, long long us)
+{
+	char buf[40];
+	time_t s = (time_t)(us / 1000000);
+	struct tm tm;
+	gmtime_r(&s, &tm);
+	size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, sizeof buf - n, ".%03dZ", (int)(us % 1000000 / 1000));
+	jx_add_str(q, key, buf);
+}
+
 /* The estimate for the k-th seat to free (k counts the seats of the places
- * ahead and this place's own, less the seats free now): the bound is the
- * k-th earliest expiry of the sessions holding seats (a seat frees no later
- * than that); the estimate takes each seat's likely end from recent history
+ * ahead and this place's own, less the seats free now). The bound: each
+ * seat frees no later than its session's expiry, and a seat that goes to a
+ * place ahead frees again no later than the longest hold after (so the
+ * k-th seat, k within the seats held, frees no later than the k-th earliest
+ * expiry). The estimate takes each seat's likely end from recent history
  * (the median length of sessions ended in the last three hours, at least 3
- * of them), never later than its expiry; a session already past the median
- * counts at its expiry. Both NULL when labvm cannot see k seats (other
+ * of them), never later than its expiry (a session already past the median
+ * counts at its expiry), and the median for the places ahead; without
+ * history it is the bound. Both null when labvm sees no seat held (other
  * environments' VMs hold them). */
 static void add_estimate(struct labctx *x, cJSON *q, const char *pool, long k)
 {
-	if (k <= 0) {
-		/* seats are free now: the next poll admits */
-		PGresult *res = db_exec(&x->db, "SELECT labvm_ts(now())", 0, NULL);
-		const char *now = res ? db_val(res, 0, 0) : NULL;
-		jx_add_str(q, "no_later_than", now);
-		jx_add_str(q, "estimate", now);
-		PQclear(res);
-		return;
-	}
-	char ks[24];
-	snprintf(ks, sizeof ks, "%ld", k);
-	const char *p[2] = {ks, pool};
+	const char *p[1] = {pool};
 	PGresult *res = db_exec(
 	    &x->db,
 	    "WITH seat AS (SELECT s.expires_at, coalesce(s.submitted_at, s.created_at) AS started "
 	    "  FROM sessions s JOIN session_vms v ON v.session_id = s.id "
-	    "  WHERE s.state IN ('starting', 'ready') AND s.runtime = $2), "
+	    "  WHERE s.state IN ('starting', 'ready') AND s.runtime = $1), "
 	    "hist AS (SELECT CASE WHEN count(*) >= 3 THEN percentile_cont(0.5) WITHIN GROUP "
 	    "  (ORDER BY extract(epoch FROM ended_at - submitted_at)) END AS med "
-	    "  FROM sessions WHERE state = 'ended' AND runtime = $2 AND submitted_at IS NOT "
-	    "  NULL AND ended_at > now() - interval '3 hours'), "
-	    "likely AS (SELECT CASE WHEN hist.med IS NOT NULL AND started + make_interval(secs "
-	    "  => hist.med) > now() THEN least(expires_at, started + make_interval(secs => "
-	    "  hist.med)) ELSE expires_at END AS t FROM seat, hist) "
-	    "SELECT (SELECT labvm_ts(greatest(now(), expires_at)) FROM seat ORDER BY expires_at "
-	    "  OFFSET $1::int - 1 LIMIT 1), "
-	    "(SELECT labvm_ts(greatest(now(), t)) FROM likely ORDER BY t OFFSET $1::int - 1 "
-	    "  LIMIT 1), (SELECT med FROM hist)",
-	    2, p);
-	if (!res) {
+	    "  FROM sessions WHERE state = 'ended' AND runtime = $1 AND submitted_at IS NOT "
+	    "  NULL AND ended_at > now() - interval '3 hours') "
+	    "SELECT (extract(epoch FROM now()) * 1000000)::bigint, hist.med, "
+	    "  (extract(epoch FROM greatest(now(), seat.expires_at)) * 1000000)::bigint, "
+	    "  (extract(epoch FROM greatest(now(), CASE WHEN hist.med IS NOT NULL AND "
+	    "  seat.started + make_interval(secs => hist.med) > now() THEN "
+	    "  least(seat.expires_at, seat.started + make_interval(secs => hist.med)) ELSE "
+	    "  seat.expires_at END)) * 1000000)::bigint FROM hist LEFT JOIN seat ON true",
+	    1, p);
+	if (!res || PQntuples(res) == 0) {
+		PQclear(res);
 		jx_add_null(q, "no_later_than");
 		jx_add_null(q, "estimate");
 		return;
 	}
-	jx_add_str(q, "no_later_than", db_val(res, 0, 0));
-	jx_add_str(q, "estimate", db_val(res, 0, 1));
-	const char *med = db_val(res, 0, 2);
+	long long now = atoll(db_val(res, 0, 0));
+	const char *med = db_val(res, 0, 1);
+	if (k <= 0) {
+		/* seats are free now: the next poll admits */
+		add_ts(q, "no_later_than", now);
+		add_ts(q, "estimate", now);
+	} else if (!db_val(res, 0, 2)) {
+		jx_add_null(q, "no_later_than");
+		jx_add_null(q, "estimate");
+	} else {
+		size_t n = (size_t)PQntuples(res);
+		long long *b = xcalloc(n, sizeof *b), *e = xcalloc(n, sizeof *e);
+		for (size_t i = 0; i < n; i++) {
+			b[i] = atoll(db_val(res, (int)i, 2));
+			e[i] = atoll(db_val(res, (int)i, 3));
+		}
+		long long hold = (long long)(longest_hold_s(x) * 1e6);
+		add_ts(q, "no_later_than", kth_free(b, n, k, hold));
+		add_ts(q, "estimate", kth_free(e, n, k, med ? (long long)(atof(med) * 1e6) : hold));
+		free(b);
+		free(e);
+	}
 	if (med)
 		jx_add_num(q, "typical_session_s", (double)(long)atof(med));
 	PQclear(res);

@@ -149,6 +149,12 @@ def burst_fairness():
     t.eq([r.status for r in out].count(202), 40, "all 40 joined", [r.status for r in out])
     t.eq(sorted(r.json["queue"]["position"] for r in out if r.status == 202), list(range(1, 41)),
          "positions 1..40, each once")
+    byq = sorted((r.json["queue"] for r in out if r.status == 202), key=lambda q: q["position"])
+    t.ok(all(q["no_later_than"] and q["estimate"] for q in byq),
+         "every place has a bound and an estimate, beyond the seats held too",
+         [q["position"] for q in byq if not q["no_later_than"]])
+    bounds = [q["no_later_than"] for q in byq if q["no_later_than"]]
+    t.eq(bounds, sorted(bounds), "the bound never falls with the position")
     order = waiting_users()
     t.eq(len(order), 40, "40 places in line")
     t.ok(len(FES) >= 2, "two front ends", FES)
