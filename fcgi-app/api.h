@@ -39,6 +39,7 @@ enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 enum hres api_session_grade(struct req *r);
 enum hres api_console_ticket(struct req *r);
+enum hres api_session_events(struct req *r);
 enum hres api_tty_size(struct req *r);
 enum hres api_metrics(struct req *r);
 enum hres api_operator_overview(struct req *r);

@@ -32,6 +32,7 @@ static const struct {
     [E_DB_UNAVAILABLE] = {"db_unavailable", 503},
     [E_CLUSTER_UNAVAILABLE] = {"cluster_unavailable", 503},
     [E_CAPACITY_FULL] = {"capacity_full", 503},
+    [E_STREAMS_FULL] = {"streams_full", 503},
     [E_NEVER_FITS] = {"never_fits", 409},
 };
 

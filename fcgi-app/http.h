@@ -36,6 +36,7 @@ enum api_err {
 	E_DB_UNAVAILABLE,         /* 503 db_unavailable */
 	E_CLUSTER_UNAVAILABLE,    /* 503 cluster_unavailable */
 	E_CAPACITY_FULL,          /* 503 capacity_full */
+	E_STREAMS_FULL,           /* 503 streams_full (stream_max event streams open here) */
 	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 };
 
@@ -58,6 +59,7 @@ struct req {
 	struct buf headers;   /* extra response headers */
 	const char *route;    /* for the log line */
 	struct session *sess; /* the route's session (NEED_SESSION, NEED_CURRENT) */
+	int adopted;          /* fr now belongs to the stream thread (stream.h) */
 	char error[40];       /* the answer's "error" code, if any (metrics) */
 };
 

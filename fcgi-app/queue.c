@@ -12,7 +12,7 @@
 #include "log.h"
 #include "session.h"
 
-#define LOCK_LINE "7305"
+#define LOCK_LINE "7306"
 #define PUMP_MAX  16 /* admissions one request makes at most */
 
 const char *queue_pool(const struct lesson *l)

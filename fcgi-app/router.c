@@ -34,6 +34,7 @@ static const struct route routes[] = {
      NULL},
     {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL},
     {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL},
+    {"GET", "/api/sessions/*/events", api_session_events, OWN_SESSION | NEED_ADVANCED, NULL},
     {"POST", "/api/sessions/*/grade", api_session_grade,
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "nothing to grade"},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,

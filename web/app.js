@@ -17,8 +17,11 @@
  *   - The open session is the page's truth: on load, on a 409 session_exists
  *     (double click, second tab) and when the tab becomes visible again the
  *     page shows the session the server names.
- *   - starting: GET /api/sessions/{id} every second (the poll advances
- *     readiness on the server) until ready or failed.
+ *   - starting: the session's event stream (EventSource on
+ *     /api/sessions/{id}/events: one event per stage change, the session
+ *     JSON in each, the final one at ready, failed or ended); while the
+ *     stream is not open (blocked, refused, reconnecting) GET
+ *     /api/sessions/{id} every second, as before, until ready or failed.
  *   - lab: an xterm.js terminal on the console bridge. Every (re)connect asks
  *     for a new single-use ticket. When the connection drops it reconnects by
  *     itself with exponential backoff (about 1, 2, 4, 8, 16, then 30 s, with
@@ -235,6 +238,7 @@
 
   function showLessons(focus) {
     leaveLab();
+    closeStream();
     stopPoll();
     S.session = null;
     S.note = null;
@@ -372,6 +376,53 @@
     pollTimer = setTimeout(() => { if (seq === pollSeq) refreshSession(); }, ms);
   }
 
+  /* The event stream of a starting session. EventSource resumes by itself
+   * (Last-Event-ID); while it is not open the page polls. A stream the
+   * server refused (404, 503 streams_full, 204) is not tried again for that
+   * session: polling it is. */
+  let es = null;
+  let esId = null;
+  let esRefused = null;
+
+  function closeStream() {
+    if (es) es.close();
+    es = null;
+    esId = null;
+  }
+
+  function streamOpen(id) {
+    return es !== null && esId === id && es.readyState === 1;   // EventSource.OPEN
+  }
+
+  function followStream(id) {
+    if (typeof EventSource !== 'function' || esRefused === id) return;
+    if (es && esId === id) return;
+    closeStream();
+    const src = new EventSource(sessionPath(id) + '/events');
+    es = src;
+    esId = id;
+    src.onopen = () => { if (es === src) stopPoll(); };
+    src.onmessage = (e) => {
+      if (es !== src || !S.session || S.session.id !== id) return;
+      let s;
+      try { s = JSON.parse(e.data); } catch (err) { return; }
+      if (!s || s.id !== id) return;
+      S.offline = false;
+      showSession(s);
+    };
+    src.onerror = () => {
+      if (es !== src) return;
+      if (src.readyState === 2) {         // CLOSED: refused; poll this session
+        esRefused = id;
+        closeStream();
+      }
+      // meanwhile (or from now on) the plain GET keeps the page current
+      if (S.session && S.session.id === id && S.session.state === 'starting' && !pollTimer) {
+        schedulePoll(POLL_STARTING_MS);
+      }
+    };
+  }
+
   let refreshing = null;
 
   /* GET the session now (one request at a time) and show what it says. */
@@ -428,10 +479,12 @@
         if (S.view !== 'starting') S.stageSaid = null;
         show('starting', focus);
         loadTerminal().catch(() => {});
-        schedulePoll(POLL_STARTING_MS);
+        followStream(s.id);
+        if (!streamOpen(s.id)) schedulePoll(POLL_STARTING_MS);
         break;
       }
       case 'ready': {
+        closeStream();
         // the terminal takes the focus only when the student pressed Start
         // and has not moved on since (focus still on the starting heading)
         const a = document.activeElement;
@@ -444,11 +497,13 @@
         break;
       }
       case 'failed':
+        closeStream();
         leaveLab();
         S.termOnReady = false;
         show('failed', focus);
         break;
       default:
+        closeStream();
         leaveLab();
         S.termOnReady = false;
         show('ended', focus);

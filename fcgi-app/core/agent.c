@@ -45,6 +45,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	    .timeout_ms = timeout_ms,
 	    .max_body = AGENT_MAX_BODY,
 	    .no_proxy = 1,
+	    .fresh = a->fresh,
 	};
 	a->msg[0] = '\0';
 	code = httpc_call(a->h, &rq, &a->body, why, sizeof why);
@@ -58,7 +59,18 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
                              int timeout_ms, cJSON **detail)
 {
-	long code = call(a, ip, port, token, "/ready", NULL, timeout_ms);
+	return agent_ready_wait(a, ip, port, token, 0, timeout_ms, detail);
+}
+
+enum agent_ready agent_ready_wait(struct agent *a, const char *ip, int port, const char *token,
+                                  int wait_ms, int timeout_ms, cJSON **detail)
+{
+	char path[64];
+	if (wait_ms > 0)
+		snprintf(path, sizeof path, "/ready?wait=%d.%03d", wait_ms / 1000, wait_ms % 1000);
+	else
+		snprintf(path, sizeof path, "/ready");
+	long code = call(a, ip, port, token, path, NULL, (long)wait_ms + timeout_ms);
 	if (detail)
 		*detail = NULL;
 	if (code == 200)

@@ -13,6 +13,10 @@ struct agent {
 	struct buf body;
 	char msg[512];
 	double ms;
+	/* every call on a new connection: a kept one may lead to a guest that
+	 * is gone, whose address a new guest now has (no RST: the call would
+	 * wait for its whole timeout) */
+	int fresh;
 };
 
 int agent_init(struct agent *a);
@@ -28,6 +32,11 @@ enum agent_ready {
 /* One bounded GET /ready. detail (may be NULL) gets the parsed body. */
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
                              int timeout_ms, cJSON **detail);
+
+/* GET /ready?wait=S: the agent holds the answer up to wait_ms until the flag
+ * appears (or setup ends); the call costs at most wait_ms + timeout_ms. */
+enum agent_ready agent_ready_wait(struct agent *a, const char *ip, int port, const char *token,
+                                  int wait_ms, int timeout_ms, cJSON **detail);
 
 /* POST /run {"cmd", "timeout_s"}: 0 and *result = {"exit_code","stdout","stderr",...};
  * -1 when the agent could not be reached or answered badly (a->msg). */

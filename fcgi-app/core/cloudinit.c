@@ -10,12 +10,14 @@
 #include "util.h"
 
 /* Start the agent as early as possible; it polls for its own file, since
- * bootcmd runs before write_files. On systemd guests a transient unit
+ * bootcmd runs before write_files (every 20 ms: a lab whose setup is quick
+ * writes its flag moments later, and readiness is seen only once the agent
+ * listens). On systemd guests a transient unit
  * without default dependencies (bootcmd runs inside cloud-init.service,
  * ordered before sysinit.target: waiting would deadlock). */
 static const char agent_start[] =
     "mkdir -p " GUEST_STATE_DIR "; "
-    "run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.1; done; exec python3 " GUEST_AGENT_PATH
+    "run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.02; done; exec python3 " GUEST_AGENT_PATH
     "'; "
     "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
     "systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "

@@ -59,6 +59,7 @@ int db_ensure(struct db *d)
 		return -1;
 	}
 	d->broken = 0;
+	d->prepared = 0; /* a new server session: nothing is prepared on it */
 	return setup_session(d);
 }
 
@@ -81,6 +82,43 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	if (PQstatus(d->conn) != CONNECTION_OK)
 		d->broken = 1;
 	log_debug("sql failed: %s", d->msg);
+	PQclear(r);
+	return NULL;
+}
+
+PGresult *db_exec_prepared(struct db *d, unsigned slot, const char *sql, int n,
+                           const char *const *params)
+{
+	char name[16];
+	double t0 = util_mono_s();
+	PGresult *r;
+	ExecStatusType st;
+
+	if (slot >= 32 || db_ensure(d) < 0)
+		return slot >= 32 ? db_exec(d, sql, n, params) : NULL;
+	snprintf(name, sizeof name, "s%u", slot);
+	if (!(d->prepared & (1u << slot))) {
+		r = PQprepare(d->conn, name, sql, n, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			set_msg(d, "database",
+			        r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+			if (PQstatus(d->conn) != CONNECTION_OK)
+				d->broken = 1;
+			PQclear(r);
+			d->ms += (util_mono_s() - t0) * 1000.0;
+			return NULL;
+		}
+		PQclear(r);
+		d->prepared |= 1u << slot;
+	}
+	r = PQexecPrepared(d->conn, name, n, params, NULL, NULL, 0);
+	d->ms += (util_mono_s() - t0) * 1000.0;
+	st = PQresultStatus(r);
+	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
+		return r;
+	set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));
+	if (PQstatus(d->conn) != CONNECTION_OK)
+		d->broken = 1;
 	PQclear(r);
 	return NULL;
 }

@@ -12,6 +12,7 @@ struct db {
 	int broken;           /* the last failure was a lost connection */
 	char msg[512];        /* last error (server message; no secrets) */
 	double ms;            /* time spent in queries since db_reset_timer */
+	unsigned prepared;    /* bit i: statement "s<i>" is prepared on conn */
 };
 
 void db_init(struct db *d, const char *conninfo);
@@ -24,6 +25,11 @@ void db_reset_timer(struct db *d);
  * result when it is PGRES_TUPLES_OK or PGRES_COMMAND_OK, else NULL (d->msg,
  * d->broken). The caller PQclear()s the result. */
 PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *params);
+/* db_exec() of a statement prepared once per connection as "s<slot>"
+ * (slot < 32, one fixed sql per slot): no parse and plan per call, for the
+ * hot reads. */
+PGresult *db_exec_prepared(struct db *d, unsigned slot, const char *sql, int n,
+                           const char *const *params);
 /* The same, for statements whose result does not matter beyond success. 0 / -1. */
 int db_cmd(struct db *d, const char *sql, int n, const char *const *params);
 

@@ -6,12 +6,20 @@
 struct sink {
 	struct buf *b;
 	size_t max;
+	const struct httpc_req *rq;
+	int stopped;
 };
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
 	struct sink *k = ud;
 	size_t n = size * nmemb;
+	if (k->rq->on_data) {
+		if (k->rq->on_data(data, n, k->rq->data_ud) == 0)
+			return n;
+		k->stopped = 1;
+		return 0; /* stop: CURLE_WRITE_ERROR, which httpc_call does not count */
+	}
 	if (k->b->len + n > k->max)
 		return 0; /* abort the transfer */
 	buf_append(k->b, data, n);
@@ -43,7 +51,7 @@ static struct curl_slist *headers(const struct httpc_req *rq)
 long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg, size_t msglen)
 {
 	char err[CURL_ERROR_SIZE];
-	struct sink sink = {body, rq->max_body};
+	struct sink sink = {body, rq->max_body, rq, 0};
 	struct curl_slist *hdrs = NULL;
 	char *json = NULL;
 	long code = 0;
@@ -84,6 +92,10 @@ long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg
 		SET(CURLOPT_CAINFO, rq->ca_file);
 	if (rq->no_proxy)
 		SET(CURLOPT_NOPROXY, "*");
+	if (rq->fresh) {
+		SET(CURLOPT_FRESH_CONNECT, 1L);
+		SET(CURLOPT_FORBID_REUSE, 1L);
+	}
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, rq->connect_timeout_ms);
 	SET(CURLOPT_TIMEOUT_MS, rq->timeout_ms);
@@ -96,6 +108,8 @@ long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg
 		SET(CURLOPT_HEADERDATA, rq->header_ud);
 	}
 	rc = curl_easy_perform(h);
+	if (rc == CURLE_WRITE_ERROR && sink.stopped)
+		rc = CURLE_OK;
 	if (rc != CURLE_OK)
 		snprintf(msg, msglen, "%s", err[0] ? err : curl_easy_strerror(rc));
 	else

@@ -23,9 +23,14 @@ struct httpc_req {
 	long connect_timeout_ms, timeout_ms;
 	size_t max_body; /* a longer answer fails the call */
 	int no_proxy;    /* connect directly, whatever the *_proxy variables say */
+	int fresh;       /* a new connection, not kept afterwards */
 	/* optional: every answer header line (CURLOPT_HEADERFUNCTION) */
 	size_t (*on_header)(char *data, size_t size, size_t nmemb, void *ud);
 	void *header_ud;
+	/* optional: the answer's body as it arrives, instead of into *body (a
+	 * watch); return 0 to go on, 1 to stop the transfer (not an error) */
+	int (*on_data)(const char *data, size_t n, void *ud);
+	void *data_ud;
 };
 
 /* One call on h. The answer's body goes to *body (reset first). Returns the

@@ -224,3 +224,77 @@ const char *kj_str(const cJSON *o, const char *dotted_path)
 	const cJSON *v = kj_get(o, dotted_path);
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
+
+/* ------------------------------------------------------------ watch */
+
+struct watch_ud {
+	struct buf line;
+	int (*on_event)(const cJSON *ev, void *ud);
+	void *ud;
+	int overflow;
+};
+
+#define WATCH_MAX_LINE (4u << 20)
+
+static int watch_data(const char *data, size_t n, void *p)
+{
+	struct watch_ud *w = p;
+	for (size_t i = 0; i < n; i++) {
+		if (data[i] != '\n') {
+			if (w->line.len >= WATCH_MAX_LINE) {
+				w->overflow = 1;
+				return 1;
+			}
+			buf_append(&w->line, data + i, 1);
+			continue;
+		}
+		cJSON *ev = cJSON_ParseWithLength(w->line.p ? w->line.p : "", w->line.len);
+		buf_reset(&w->line);
+		int stop = ev && w->on_event(ev, w->ud);
+		cJSON_Delete(ev);
+		if (stop)
+			return 1;
+	}
+	return 0;
+}
+
+long kube_watch(struct kube *k, const char *path, long timeout_ms,
+                int (*on_event)(const cJSON *ev, void *ud), void *ud)
+{
+	char why[CURL_ERROR_SIZE + 64];
+	struct watch_ud w = {{0}, on_event, ud, 0};
+	double t0 = util_mono_s();
+
+	k->msg[0] = '\0';
+	if ((!k->token || util_mono_s() - k->token_read_at > TOKEN_REREAD_S) && load_token(k) < 0 &&
+	    !k->token)
+		return 0;
+	char *url = xasprintf("%s%s", k->cfg->kube_api, path);
+	struct httpc_req rq = {
+	    .method = "GET",
+	    .url = url,
+	    .bearer = k->token,
+	    .ca_file = k->cfg->kube_ca_file,
+	    .connect_timeout_ms = 3000,
+	    .timeout_ms = timeout_ms,
+	    .max_body = KUBE_MAX_BODY,
+	    .on_data = watch_data,
+	    .data_ud = &w,
+	};
+	long code = httpc_call(k->h, &rq, &k->body, why, sizeof why);
+	/* the server ending the watch at timeoutSeconds, or our own timeout
+	 * (no event in time), are both a quiet watch */
+	if (!code && strstr(why, "imed out"))
+		code = 200;
+	if (!code)
+		snprintf(k->msg, sizeof k->msg, "cluster API unreachable: %s", why);
+	else if (w.overflow)
+		snprintf(k->msg, sizeof k->msg, "watch event over %u bytes", WATCH_MAX_LINE);
+	if (code == 401)
+		k->token_read_at = 0;
+	buf_free(&w.line);
+	free(url);
+	k->ms += (util_mono_s() - t0) * 1000.0;
+	k->calls++;
+	return code;
+}

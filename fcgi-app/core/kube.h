@@ -52,6 +52,14 @@ long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSO
  * returns 1 when deleted or already gone, 0 otherwise (k->msg). */
 int kube_delete(struct kube *k, const char *path, const char *propagation);
 
+/* A watch (path carries ?watch=true and its selectors): on_event gets each
+ * event ({"type", "object"}) as it arrives and returns 1 to end the watch.
+ * Returns the HTTP status (200 also when the watch ended quietly at
+ * timeout_ms), or 0 when the API could not be reached (k->msg). A watch
+ * that hangs costs at most timeout_ms. */
+long kube_watch(struct kube *k, const char *path, long timeout_ms,
+                int (*on_event)(const cJSON *ev, void *ud), void *ud);
+
 /* Collection and object paths (malloc'd). kind: "secrets", "persistentvolumeclaims",
  * "pods", "virtualmachines", "virtualmachineinstances", "datavolumes". name may be NULL. */
 char *kube_path(const char *kind, const char *ns, const char *name);

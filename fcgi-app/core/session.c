@@ -60,15 +60,15 @@ int session_stage_parse(const char *v)
 	return lookup(stage_names, NNAMES(stage_names), v);
 }
 
-static char *dup_or_null(const PGresult *r, int c)
+static char *dup_or_null(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? xstrdup(v) : NULL;
 }
 
-static double num(const PGresult *r, int c)
+static double num(const PGresult *r, int row, int c)
 {
-	const char *v = db_val(r, 0, c);
+	const char *v = db_val(r, row, c);
 	return v ? strtod(v, NULL) : 0;
 }
 
@@ -127,20 +127,11 @@ static int parse_vms(const char *json, struct session *s)
 	return 0;
 }
 
-static int load_where(struct labctx *x, const char *where, int n, const char *const *p,
-                      struct session *s)
+/* Row `row` of a SESSION_COLS, SESSION_VMS result into s. SESSION_FOUND or
+ * SESSION_DBERR (x->db.msg). */
+static int parse_row(struct labctx *x, const PGresult *r, int row, struct session *s)
 {
-	char *sql = xasprintf(
-	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
-	PGresult *r = db_exec(&x->db, sql, n, p);
-	free(sql);
 	memset(s, 0, sizeof *s);
-	if (!r)
-		return SESSION_DBERR;
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return SESSION_NONE;
-	}
 	/* columns 3, 5 and 6 (runtime, state, stage) are enums, parsed here once */
 	char **str[] = {&s->id,         &s->user,         &s->lesson,
 	                NULL,           &s->environment,  NULL,
@@ -151,24 +142,23 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	                &s->graded_at};
 	for (int i = 0; i < (int)(sizeof str / sizeof str[0]); i++)
 		if (str[i])
-			*str[i] = dup_or_null(r, i);
-	int runtime = lesson_runtime_parse(db_val(r, 0, 3));
-	int state = session_state_parse(db_val(r, 0, 5));
-	int stage = session_stage_parse(db_val(r, 0, 6));
+			*str[i] = dup_or_null(r, row, i);
+	int runtime = lesson_runtime_parse(db_val(r, row, 3));
+	int state = session_state_parse(db_val(r, row, 5));
+	int stage = session_stage_parse(db_val(r, row, 6));
 	s->runtime = (enum lesson_runtime)(runtime < 0 ? 0 : runtime);
 	s->state = (enum session_state)(state < 0 ? 0 : state);
 	s->stage = (enum session_stage)(stage < 0 ? 0 : stage);
-	s->running_timeout_s = atoi(PQgetvalue(r, 0, 19));
-	s->ready_timeout_s = atoi(PQgetvalue(r, 0, 20));
-	s->t_submitted = num(r, 21);
-	s->t_running = num(r, 22);
-	s->t_expires = num(r, 23);
-	s->t_now = num(r, 24);
-	s->network = dup_or_null(r, 25);
-	int bad = parse_vms(db_val(r, 0, 26), s) < 0;
-	s->pool_vm = dup_or_null(r, 27);
+	s->running_timeout_s = atoi(PQgetvalue(r, row, 19));
+	s->ready_timeout_s = atoi(PQgetvalue(r, row, 20));
+	s->t_submitted = num(r, row, 21);
+	s->t_running = num(r, row, 22);
+	s->t_expires = num(r, row, 23);
+	s->t_now = num(r, row, 24);
+	s->network = dup_or_null(r, row, 25);
+	int bad = parse_vms(db_val(r, row, 26), s) < 0;
+	s->pool_vm = dup_or_null(r, row, 27);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
-	PQclear(r);
 	if (bad || unknown) {
 		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
 		         bad ? "session_vms" : "runtime, state or stage");
@@ -178,6 +168,85 @@ static int load_where(struct labctx *x, const char *where, int n, const char *co
 	return SESSION_FOUND;
 }
 
+/* slot: the prepared statement of this where clause (db_exec_prepared) */
+static int load_where(struct labctx *x, unsigned slot, const char *where, int n,
+                      const char *const *p, struct session *s)
+{
+	char *sql = xasprintf(
+	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
+	PGresult *r = db_exec_prepared(&x->db, slot, sql, n, p);
+	free(sql);
+	memset(s, 0, sizeof *s);
+	if (!r)
+		return SESSION_DBERR;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return SESSION_NONE;
+	}
+	int rc = parse_row(x, r, 0, s);
+	PQclear(r);
+	return rc;
+}
+
+int session_events_load(struct labctx *x, const char *id, long long after, int limit,
+                        struct session_event **out, size_t *n)
+{
+	char a[32], l[16];
+	snprintf(a, sizeof a, "%lld", after);
+	snprintf(l, sizeof l, "%d", limit);
+	const char *p[3] = {id, a, l};
+	/* each snapshot is shaped back into a sessions row named "sessions", so
+	 * the one column list (and the one JSON form) serves events too */
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm, e.seq "
+	                      "FROM session_events e CROSS JOIN LATERAL "
+	                      "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
+	                      "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
+	                      "ORDER BY e.seq LIMIT $3::int",
+	                      3, p);
+	*out = NULL;
+	*n = 0;
+	if (!r)
+		return -1;
+	int rows = PQntuples(r);
+	*out = xcalloc((size_t)rows + 1, sizeof **out);
+	for (int i = 0; i < rows; i++) {
+		struct session_event *e = &(*out)[*n];
+		if (parse_row(x, r, i, &e->s) != SESSION_FOUND) {
+			PQclear(r);
+			session_events_free(*out, *n);
+			*out = NULL;
+			*n = 0;
+			return -1;
+		}
+		e->seq = strtoll(PQgetvalue(r, i, 28), NULL, 10);
+		(*n)++;
+	}
+	PQclear(r);
+	return 0;
+}
+
+void session_events_free(struct session_event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		session_free(&ev[i].s);
+	free(ev);
+}
+
+long long session_last_event(struct labctx *x, const char *id)
+{
+	const char *p[1] = {id};
+	PGresult *r = db_exec(&x->db,
+	                      "SELECT coalesce(max(seq), 0) FROM session_events "
+	                      "WHERE session_id = $1::uuid",
+	                      1, p);
+	if (!r)
+		return -1;
+	long long v = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	PQclear(r);
+	return v;
+}
+
 int session_load(struct labctx *x, const char *id, struct session *s)
 {
 	const char *p[2] = {id, x->cfg->environment};
@@ -185,14 +254,15 @@ int session_load(struct labctx *x, const char *id, struct session *s)
 		memset(s, 0, sizeof *s);
 		return SESSION_NONE;
 	}
-	return load_where(x, "id = $1::uuid AND environment = $2", 2, p, s);
+	return load_where(x, 0, "id = $1::uuid AND environment = $2", 2, p, s);
 }
 
 int session_load_active(struct labctx *x, const char *user, struct session *s)
 {
 	const char *p[2] = {x->cfg->environment, user};
-	return load_where(
-	    x, "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')", 2, p, s);
+	return load_where(x, 1,
+	                  "environment = $1 AND user_name = $2 AND state IN ('starting', 'ready')",
+	                  2, p, s);
 }
 
 static int reload(struct labctx *x, struct session *s)

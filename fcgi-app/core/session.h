@@ -74,6 +74,21 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 /* The user's active (starting or ready) session. */
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
+
+/* A stage or state change, as recorded by sql/007_session_events.sql: the
+ * session as it was right after the change (s.t_now is the time of the
+ * load), and its id on the event stream. */
+struct session_event {
+	long long seq;
+	struct session s;
+};
+/* Up to limit events of session id after seq `after`, oldest first (*out,
+ * *n; free with session_events_free). 0 ok, -1 database trouble. */
+int session_events_load(struct labctx *x, const char *id, long long after, int limit,
+                        struct session_event **out, size_t *n);
+void session_events_free(struct session_event *ev, size_t n);
+/* The session's newest event id (0 when none), or -1 on database trouble. */
+long long session_last_event(struct labctx *x, const char *id);
 int session_active(const struct session *s);
 
 const char *session_stage_str(enum session_stage st);

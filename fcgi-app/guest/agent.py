@@ -13,6 +13,8 @@ start before the file exists; until then everything is refused).
                  503 {"ready": false, "state": "booting" | "setup_running" |
                       "setup_failed" | "setup_finished",
                       "exit_code": N | null, "log_tail": "..."}
+    GET  /ready?wait=S  the same, held up to S s (0..60, else 400) until the
+                 flag appears or setup fails: labvm sees readiness at once.
     POST /run    {"cmd": "...", "timeout_s": 30}  (timeout optional, max 300)
                  200 {"exit_code": N | null, "stdout": "...", "stderr": "...",
                       "timed_out": bool, "truncated": bool, "duration_ms": N}
@@ -87,6 +89,28 @@ def log_tail(path, size=LOG_TAIL):
     text = ANSI.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
     # progress bars redraw a line with \r: keep what was last drawn
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+READY_WAIT_MAX, READY_WAIT_STEP = 60.0, 0.01  # the flag is looked for every 10 ms
+
+
+def ready_wait(query):
+    """ready_status(), held up to ?wait=S seconds until the flag appears or
+    setup fails (setup_finished is not the end: the flag follows it)."""
+    w = dict(p.partition("=")[::2] for p in query.split("&")).get("wait", "0")
+    try:
+        w = float(w)
+    except ValueError:
+        raise ValueError("wait must be a number of seconds") from None
+    if not 0 <= w <= READY_WAIT_MAX:  # also refuses nan
+        raise ValueError("wait must be between 0 and %g seconds" % READY_WAIT_MAX)
+    end, sd = time.monotonic() + w, CONF["state_dir"]
+    while time.monotonic() < end and not os.path.exists(os.path.join(sd, "ready")):
+        if os.path.exists(os.path.join(sd, "setup.rc")) and ready_status()[1]["state"] == \
+                "setup_failed":
+            break
+        time.sleep(min(READY_WAIT_STEP, max(0.0, end - time.monotonic())))
+    return ready_status()  # the whole answer once, at the end (a stat per look till then)
 
 
 def ready_status():
@@ -255,7 +279,7 @@ class Handler(BaseHTTPRequestHandler):
                 given.strip().encode("utf-8", "replace"), token):
             return self.error(403, "forbidden", "missing or wrong bearer token")
 
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path not in self.ROUTES:
             return self.error(404, "not_found", "no such path: " + path)
         if self.command != self.ROUTES[path]:
@@ -265,7 +289,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(413, "too_large", "request body over %d bytes" % MAX_BODY,
                               close=True)
         if path == "/ready":
-            return self.send_json(*ready_status())
+            try:
+                return self.send_json(*ready_wait(query))
+            except ValueError as e:
+                return self.error(400, "bad_request", str(e))
         if path == "/tty-size":
             try:
                 cols, rows = parse_tty_size(body)

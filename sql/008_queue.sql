@@ -1,4 +1,4 @@
--- labvm migration 007: the waiting line (issue #20). Idempotent.
+-- labvm migration 008: the waiting line (issue #20). Idempotent.
 --
 -- A student refused only for capacity may join the line of the lesson's
 -- capacity pool ('vm': VM seats; 'pod': Pod seats). A waiting row is the

@@ -1,0 +1,127 @@
+/* api_events.c - GET /api/sessions/{id}/events: the session's stage changes
+ * as a text/event-stream (see stream.h for where the stream lives).
+ *
+ *   id: <event id>            the session_events sequence number
+ *   data: <session JSON>      as GET /api/sessions/{id} answers it
+ *
+ * Without Last-Event-ID the first event is the session now (id: its newest
+ * event); with it, every event after that id, in order. The stream ends
+ * after the first event whose state is ready, failed or ended (the final
+ * event); a reconnect after the final event gets 204, which tells
+ * EventSource to stop. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "log.h"
+#include "session.h"
+#include "stream.h"
+
+/* Last-Event-ID: the id of an event of ours (digits), or absent (-1). */
+static int last_event_id(struct req *r, long long *out)
+{
+	const char *v = FCGX_GetParam("HTTP_LAST_EVENT_ID", r->fr->envp);
+	*out = -1;
+	if (!v || !*v)
+		return 0;
+	size_t n = strlen(v);
+	if (n > 18)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (!isdigit((unsigned char)v[i]))
+			return -1;
+	*out = strtoll(v, NULL, 10);
+	return 0;
+}
+
+static void write_head(struct req *r, int status)
+{
+	struct labctx *x = r->x;
+	r->status = status;
+	FCGX_FPrintF(r->fr->out,
+	             "Status: %d %s\r\n"
+	             "Content-Type: text/event-stream; charset=utf-8\r\n"
+	             "Cache-Control: no-store\r\n"
+	             "X-Content-Type-Options: nosniff\r\n"
+	             /* nginx and friends: do not buffer this answer */
+	             "X-Accel-Buffering: no\r\n"
+	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
+	             "\r\n",
+	             status, status == 204 ? "No Content" : "OK", x->db.ms, x->kube.ms, x->agent.ms,
+	             (util_mono_s() - r->t0) * 1000.0);
+	if (status == 200)
+		FCGX_PutS("retry: 2000\n\n", r->fr->out);
+}
+
+enum hres api_session_events(struct req *r)
+{
+	long long after, last = 0;
+	struct session_event *ev = NULL, now_ev;
+	size_t n = 0;
+
+	if (last_event_id(r, &after) < 0) {
+		resp_error(r, E_BAD_REQUEST, "Last-Event-ID must be an event id of this stream");
+		return H_DONE;
+	}
+	if (!stream_has_room()) {
+		resp_header(r, "Retry-After", "%d", 5);
+		resp_error(r, E_STREAMS_FULL, "too many open event streams here: poll the session");
+		return H_DONE;
+	}
+	if (after >= 0) {
+		if (session_events_load(r->x, r->sess->id, after, 100, &ev, &n) < 0)
+			return api_db_error(r);
+		last = after;
+	} else {
+		/* the newest id first, then the session: a change in between is sent
+		 * again as its own event (never lost) */
+		last = session_last_event(r->x, r->sess->id);
+		if (last < 0)
+			return api_db_error(r);
+		memset(&now_ev, 0, sizeof now_ev);
+		int rc = session_load(r->x, r->sess->id, &now_ev.s);
+		if (rc == SESSION_DBERR)
+			return api_db_error(r);
+		if (rc == SESSION_NONE) {
+			resp_error(r, E_NOT_FOUND, "no such session");
+			return H_DONE;
+		}
+		now_ev.seq = last;
+		ev = malloc(sizeof *ev);
+		if (!ev)
+			abort();
+		ev[0] = now_ev;
+		n = 1;
+	}
+	/* stdin to its end: after it, anything readable is the client going away */
+	while (FCGX_GetChar(r->fr->in) != EOF)
+		;
+	if (n == 0 && r->sess->state != SESSION_STARTING) {
+		/* nothing after the final event */
+		write_head(r, 204);
+		session_events_free(ev, n);
+		return H_DONE;
+	}
+	write_head(r, 200);
+	int final = 0;
+	for (size_t i = 0; i < n && !final; i++) {
+		char *t = stream_event_text(ev[i].seq, &ev[i].s);
+		FCGX_PutS(t, r->fr->out);
+		free(t);
+		last = ev[i].seq;
+		final = ev[i].s.state != SESSION_STARTING;
+	}
+	session_events_free(ev, n);
+	if (final || (n == 100 && after >= 0)) {
+		/* done (or more than one answer's worth behind: the client resumes) */
+		return H_DONE;
+	}
+	if (FCGX_FFlush(r->fr->out) != 0 || FCGX_GetError(r->fr->out))
+		return H_DONE;
+	stream_adopt(r->fr, r->sess->id, last, r->sess->state == SESSION_STARTING);
+	r->adopted = 1;
+	return H_DONE;
+}

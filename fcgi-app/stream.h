@@ -1,0 +1,50 @@
+/* stream.h - the event streams of GET /api/sessions/{id}/events, without a
+ * worker per watcher.
+ *
+ * The handler (api_events.c) checks the request like any session route,
+ * writes the stream's headers and the events the client has not seen yet,
+ * then hands its FCGX_Request to this process's one stream thread
+ * (stream_adopt) and goes back to accepting requests. The stream thread
+ * polls every open stream's socket (a closed or aborted client drops it),
+ * LISTENs on PostgreSQL channel labvm_session_event (sql/007) on a
+ * connection of its own, and on each notification writes the session's
+ * new events (session_events_load) to the streams of that session; a
+ * comment line keeps idle streams open; when the database comes back after
+ * a restart, every stream catches up from its last event id.
+ *
+ * Nothing here is state that outlives a request: the event ids are database
+ * sequence numbers, so any process resumes any stream (Last-Event-ID).
+ *
+ * Drivers: while a stream watches a starting session, one of stream_drivers
+ * threads moves it on the moment something happens (instead of at the
+ * page's next poll): session_advance() as the status GET does, then a VMI
+ * watch (until the phase changes) or the agent's held GET /ready?wait=S
+ * (until the flag appears), each bounded by the stage's deadline, so a
+ * stuck watch or agent costs that driver at most the time left. Nobody
+ * watching: the status GET and the reaper move sessions on, as before. */
+#ifndef LABVM_FCGI_STREAM_H
+#define LABVM_FCGI_STREAM_H
+
+#include <fcgiapp.h>
+
+#include "config.h"
+#include "lesson.h"
+#include "session.h"
+
+/* Start the stream thread and the drivers. 0 ok, -1 failure (logged). */
+int stream_start(const struct cfg *c, const struct lessons *ls);
+/* End every open stream (the clients reconnect elsewhere) and stop. */
+void stream_stop(void);
+
+/* Room for one more stream in this process (stream_max). */
+int stream_has_room(void);
+
+/* Take over fr (headers and the first events already written; its stdin
+ * read to the end): from now on only the stream thread uses and finishes
+ * it. `last` is the id of the last event written. */
+void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting);
+
+/* One event as the stream carries it: "id: SEQ\ndata: JSON\n\n" (malloc'd). */
+char *stream_event_text(long long seq, const struct session *s);
+
+#endif
