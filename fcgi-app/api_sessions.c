@@ -35,6 +35,7 @@
 #include "manifest.h"
 #include "podexec.h"
 #include "pool.h"
+#include "queue.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -75,6 +76,9 @@ struct start {
 	long in_use;
 	int created;      /* cluster objects may exist: the way back deletes them */
 	int claimed;      /* a warm pool VM was claimed (2b): nothing to submit */
+	int want_queue;   /* "queue": true: join the line when refused for capacity */
+	const char *qid;  /* admitting this place of the line (its id is the session's) */
+	long line;        /* seats the waiting line holds ahead of this start */
 	enum api_err err; /* a refusal, answered after the way back */
 	cJSON *answer;
 };
@@ -358,6 +362,12 @@ static int parse_start(struct req *r, struct start *st)
 		resp_error(r, E_UNKNOWN_LESSON, "there is no lesson \"%.100s\"", lid->valuestring);
 		return -1;
 	}
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(r->json, "queue");
+	if (q && !cJSON_IsBool(q)) {
+		resp_error(r, E_BAD_REQUEST, "\"queue\" must be true or false");
+		return -1;
+	}
+	st->want_queue = cJSON_IsTrue(q);
 	return 0;
 }
 
@@ -454,9 +464,45 @@ static enum step admit(struct req *r, struct start *st)
 	if (rc != STEP_OK)
 		return rc;
 
+	/* 2a: the waiting line (queue.c). A place in line is the user's open
+	 * session too; admitting it takes it out of the line (undone if the
+	 * admission is refused), and its id becomes the session's */
+	if (st->qid) {
+		int got = queue_claim(x, st->qid);
+		if (got < 0)
+			return STEP_DB;
+		if (!got)
+			return refuse(st, E_NOT_FOUND, "the place is no longer in line");
+		snprintf(st->sid, sizeof st->sid, "%s", st->qid);
+	} else {
+		cJSON *place = NULL;
+		int got = queue_user_place(x, r->user, &place);
+		if (got < 0)
+			return STEP_DB;
+		if (got) {
+			refuse(st, E_SESSION_EXISTS, "you are already waiting in line for a lab");
+			jx_put(st->answer, "session", place);
+			return STEP_REFUSED;
+		}
+	}
+	int pool_cap = queue_capacity(c, queue_pool(st->lesson));
+	if ((long)st->n > pool_cap) {
+		/* never fits: more machines than the whole capacity (no line either) */
+		refuse(st, E_NEVER_FITS, "this lesson needs more lab machines than this lab has");
+		jx_add_num(st->answer, "capacity", pool_cap);
+		jx_add_num(st->answer, "seats", (double)st->n);
+		return STEP_REFUSED;
+	}
+	/* the seats the places ahead need are not free for this start (a fresh
+	 * start sees the whole line, a place those ahead of it) */
+	st->line = queue_seats_ahead(x, queue_pool(st->lesson), st->qid);
+	if (st->line < 0)
+		return STEP_DB;
+
 	/* 2b: a ready pool VM of this lesson (pool.c; single-machine lessons); it
-	 * already holds its seat, so a claim needs no capacity count */
-	int pc = pool_claim(x, st->lesson, r->user, r->t_wall, st->sid);
+	 * already holds its seat, so a claim needs no capacity count; not past
+	 * the line, though: a fresh start claims only when nobody waits */
+	int pc = st->line ? POOL_NONE : pool_claim(x, st->lesson, r->user, r->t_wall, st->sid);
 	if (pc == POOL_DBERR)
 		return STEP_DB;
 	if (pc == POOL_CLAIMED) {
@@ -490,6 +536,7 @@ static enum step admit(struct req *r, struct start *st)
 	/* lab Pods are counted apart (pod_capacity, their own lock): no VM seat */
 	enum lesson_runtime rt = st->lesson->runtime;
 	int capacity = rt == RUNTIME_POD ? c->pod_capacity : c->vm_capacity;
+	need += st->line;
 	long code = count_lab(x, rt, &st->in_use);
 	if (code != 200 || st->in_use + need <= capacity) {
 		if (db_cmd(&x->db,
@@ -507,12 +554,14 @@ static enum step admit(struct req *r, struct start *st)
 	}
 	if (st->in_use + need > capacity) {
 		refuse(st, E_CAPACITY_FULL,
-		       need > 1
+		       st->n > 1
 		           ? "not enough lab machines are free for this lesson: try again shortly"
 		           : "all lab machines are in use: try again shortly");
 		jx_add_num(st->answer, "capacity", capacity);
 		jx_add_num(st->answer, "in_use", (double)st->in_use);
-		jx_add_num(st->answer, "seats", (double)need);
+		jx_add_num(st->answer, "seats", (double)st->n);
+		jx_add_num(st->answer, "queued", (double)st->line);
+		jx_add_bool(st->answer, "can_queue", 1);
 		jx_add_num(st->answer, "retry_after_s", c->retry_after_s);
 		resp_header(r, "Retry-After", "%d", c->retry_after_s);
 		return STEP_REFUSED;
@@ -546,7 +595,9 @@ static enum step submission(struct req *r, struct start *st)
 	struct labctx *x = r->x;
 	char why[1024];
 
-	if (util_uuid4(st->sid) < 0)
+	if (st->qid)
+		snprintf(st->sid, sizeof st->sid, "%s", st->qid);
+	else if (util_uuid4(st->sid) < 0)
 		return refuse(st, E_INTERNAL, "no randomness available");
 	for (size_t i = 0; i < st->n; i++) {
 		struct start_vm *v = &st->vms[i];
@@ -584,10 +635,131 @@ static enum step submission(struct req *r, struct start *st)
 	return STEP_OK;
 }
 
-enum hres api_session_create(struct req *r)
+/* Admission and submission of a parsed start (the user's press, or a place
+ * of the waiting line): STEP_OK committed, else the one way back has run
+ * (the cluster objects, then the transaction and its locks) and st->err,
+ * st->answer say why. */
+static enum step run_start(struct req *r, struct start *st)
 {
 	struct labctx *x = r->x;
 	const struct cfg *c = x->cfg;
+	st->n = lesson_nmachines(st->lesson);
+	st->multi = st->lesson->nmachines > 0;
+	st->vms = xcalloc(st->n, sizeof *st->vms);
+	for (size_t i = 0; i < st->n; i++)
+		st->vms[i].m = lesson_machine(st->lesson, i);
+	enum step rc = admit(r, st);
+	if (rc == STEP_REFUSED && st->err == E_CAPACITY_FULL) {
+		/* students first: an idle pool VM gives its seat, admission once more */
+		db_rollback(&x->db);
+		int y = pool_yield(x, st->lesson->id);
+		if (y < 0)
+			return STEP_DB;
+		if (y > 0) {
+			cJSON_Delete(st->answer);
+			st->answer = NULL;
+			st->err = 0;
+			buf_reset(&r->headers); /* the refusal's Retry-After */
+			rc = admit(r, st);
+		}
+	}
+	if (rc == STEP_OK && st->claimed) {
+		if (db_commit(&x->db) < 0) {
+			log_err("user %s: database failed after claiming a pool VM: %s", r->user,
+			        x->db.msg);
+			rc = refuse(st, E_DB_UNAVAILABLE,
+			            "the database is unavailable: try again shortly");
+		}
+	} else if (rc == STEP_OK) {
+		rc = submission(r, st);
+	}
+	for (size_t i = 0; i < st->n; i++)
+		OPENSSL_cleanse(st->vms[i].token, sizeof st->vms[i].token);
+	if (rc != STEP_OK) {
+		if (st->created)
+			undo_submit(x, st);
+		db_rollback(&x->db);
+		return rc;
+	}
+	const char *from = st->qid ? ", from the line" : "";
+	if (st->lesson->runtime == RUNTIME_POD)
+		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use%s)",
+		         r->user, st->lesson->id, st->sid, st->vms[0].names.vm, st->in_use + 1,
+		         c->pod_capacity, from);
+	else
+		for (size_t i = 0; !st->claimed && i < st->n; i++)
+			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, "
+			         "%ld/%d in use%s)",
+			         r->user, st->lesson->id, st->sid, st->vms[i].names.vm,
+			         lesson_disk_str(st->vms[i].disk),
+			         st->vms[i].fallback ? ", fallback " : "",
+			         st->vms[i].fallback ? st->vms[i].fallback : "",
+			         st->in_use + (long)i + 1, c->vm_capacity, from);
+	return STEP_OK;
+}
+
+/* Refused for capacity only, asked to wait: a place in line (202), under
+ * the user's lock again (the start's transaction is gone): an open session
+ * or place that appeared meanwhile is the answer, as for a start. */
+static enum hres join_line(struct req *r, struct start *st)
+{
+	struct labctx *x = r->x;
+	struct session s;
+	cJSON *place = NULL;
+	char qid[37];
+	const char *pu[2] = {x->cfg->environment, r->user};
+	if (db_begin(&x->db) < 0 ||
+	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
+	           2, pu) < 0)
+		goto dberr;
+	int rc = session_load_active(x, r->user, &s);
+	if (rc == SESSION_DBERR)
+		goto dberr;
+	if (rc == SESSION_FOUND) {
+		db_rollback(&x->db);
+		cJSON *o = error_json(E_SESSION_EXISTS, "you already have a lab session open");
+		jx_put(o, "session", session_json(&s));
+		session_free(&s);
+		resp_error_json(r, E_SESSION_EXISTS, o);
+		return H_DONE;
+	}
+	int got = queue_user_place(x, r->user, &place);
+	if (got < 0)
+		goto dberr;
+	if (got) {
+		db_rollback(&x->db);
+		cJSON *o =
+		    error_json(E_SESSION_EXISTS, "you are already waiting in line for a lab");
+		jx_put(o, "session", place);
+		resp_error_json(r, E_SESSION_EXISTS, o);
+		return H_DONE;
+	}
+	if (queue_join(x, r->user, st->lesson, (long)st->n, qid) < 0 || db_commit(&x->db) < 0)
+		goto dberr;
+	log_info("queue: user %s joined the line for lesson %s (place %s)", r->user, st->lesson->id,
+	         qid);
+	cJSON *o = queue_place_json(x, qid);
+	if (!o) {
+		resp_error(r, E_DB_UNAVAILABLE, "the place was taken but cannot be read");
+		return H_DONE;
+	}
+	/* what the student was told on joining, for the estimate's error */
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "queue");
+	const char *p[3] = {qid, kj_str(q, "estimate"), kj_str(q, "no_later_than")};
+	db_cmd(&x->db,
+	       "UPDATE session_queue SET estimate_at = $2::timestamptz, bound_at = "
+	       "$3::timestamptz WHERE id = $1::uuid",
+	       3, p);
+	resp_json(r, 202, o);
+	return H_DONE;
+dberr:
+	db_rollback(&x->db);
+	return api_db_error(r);
+}
+
+enum hres api_session_create(struct req *r)
+{
+	struct labctx *x = r->x;
 	struct start st;
 	struct session s;
 	enum hres h = H_DONE;
@@ -595,63 +767,25 @@ enum hres api_session_create(struct req *r)
 	memset(&st, 0, sizeof st);
 	if (parse_start(r, &st) < 0)
 		return H_DONE;
-	st.n = lesson_nmachines(st.lesson);
-	st.multi = st.lesson->nmachines > 0;
-	st.vms = xcalloc(st.n, sizeof *st.vms);
-	for (size_t i = 0; i < st.n; i++)
-		st.vms[i].m = lesson_machine(st.lesson, i);
-	enum step rc = admit(r, &st);
-	if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL) {
-		/* students first: an idle pool VM gives its seat, admission once more */
-		db_rollback(&x->db);
-		int y = pool_yield(x, st.lesson->id);
-		if (y < 0)
-			return api_db_error(r);
-		if (y > 0) {
-			cJSON_Delete(st.answer);
-			st.answer = NULL;
-			st.err = 0;
-			buf_reset(&r->headers); /* the refusal's Retry-After */
-			rc = admit(r, &st);
-		}
-	}
-	if (rc == STEP_OK && st.claimed) {
-		if (db_commit(&x->db) < 0) {
-			log_err("user %s: database failed after claiming a pool VM: %s", r->user,
-			        x->db.msg);
-			rc = refuse(&st, E_DB_UNAVAILABLE,
-			            "the database is unavailable: try again shortly");
-		}
-	} else if (rc == STEP_OK) {
-		rc = submission(r, &st);
-	}
-	for (size_t i = 0; i < st.n; i++)
-		OPENSSL_cleanse(st.vms[i].token, sizeof st.vms[i].token);
+	enum step rc = run_start(r, &st);
+	free(st.vms);
 	if (rc != STEP_OK) {
-		/* the one way back: the cluster objects, then the transaction and its locks */
-		if (st.created)
-			undo_submit(x, &st);
-		db_rollback(&x->db);
-		if (rc == STEP_DB)
+		int cap = queue_capacity(x->cfg, queue_pool(st.lesson));
+		int seats_free = st.err == E_CAPACITY_FULL && st.in_use < cap;
+		if (rc == STEP_REFUSED && st.err == E_CAPACITY_FULL && st.want_queue) {
+			cJSON_Delete(st.answer);
+			buf_reset(&r->headers); /* no Retry-After on a 202 */
+			h = join_line(r, &st);
+		} else if (rc == STEP_DB) {
 			h = api_db_error(r);
-		else
+		} else {
 			resp_error_json(r, st.err, st.answer);
-		free(st.vms);
+		}
+		/* free seats held back for the line: move it */
+		if (seats_free)
+			queue_pump(x);
 		return h;
 	}
-	if (st.lesson->runtime == RUNTIME_POD)
-		log_info("user %s lesson %s: session %s, Pod %s submitted (%ld/%d in use)", r->user,
-		         st.lesson->id, st.sid, st.vms[0].names.vm, st.in_use + 1, c->pod_capacity);
-	else
-		for (size_t i = 0; !st.claimed && i < st.n; i++)
-			log_info("user %s lesson %s: session %s, VM %s submitted (disk %s%s%s, "
-			         "%ld/%d in use)",
-			         r->user, st.lesson->id, st.sid, st.vms[i].names.vm,
-			         lesson_disk_str(st.vms[i].disk),
-			         st.vms[i].fallback ? ", fallback " : "",
-			         st.vms[i].fallback ? st.vms[i].fallback : "",
-			         st.in_use + (long)i + 1, c->vm_capacity);
-	free(st.vms);
 	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
 		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
 		return H_DONE;
@@ -659,6 +793,53 @@ enum hres api_session_create(struct req *r)
 	resp_json(r, 201, session_json(&s));
 	session_free(&s);
 	return H_DONE;
+}
+
+int api_start_queued(struct labctx *x, const char *qid, const char *user, const char *lesson)
+{
+	struct req q;
+	struct start st;
+	struct timespec ts;
+
+	memset(&q, 0, sizeof q);
+	memset(&st, 0, sizeof st);
+	q.x = x;
+	q.user = (char *)user;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	q.t_wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	st.qid = qid;
+	st.lesson = lessons_find(x->lessons, lesson);
+	if (!st.lesson) {
+		const char *p[2] = {qid, "the lesson is no longer offered"};
+		db_cmd(&x->db,
+		       "UPDATE session_queue SET state = 'failed', ended_at = now(), error = $2 "
+		       "WHERE id = $1::uuid AND state = 'waiting'",
+		       2, p);
+		log_warn("queue: place %s of user %s dropped: lesson %s is not offered", qid, user,
+		         lesson);
+		return 2;
+	}
+	enum step rc = run_start(&q, &st);
+	free(st.vms);
+	buf_free(&q.headers);
+	if (rc == STEP_OK) {
+		log_info("queue: user %s admitted from the line (session %s%s)", user, qid,
+		         st.claimed ? ", a warm pool VM" : "");
+		cJSON_Delete(st.answer);
+		return 1;
+	}
+	int out = rc == STEP_DB ? -1 : 0;
+	if (rc == STEP_REFUSED && (st.err == E_SESSION_EXISTS || st.err == E_NEVER_FITS)) {
+		/* it could never be admitted: out of the line, so it does not block it */
+		const char *p[2] = {qid, kj_str(st.answer, "message")};
+		db_cmd(&x->db,
+		       "UPDATE session_queue SET state = 'failed', ended_at = now(), error = $2 "
+		       "WHERE id = $1::uuid AND state = 'waiting'",
+		       2, p);
+		out = 2;
+	}
+	cJSON_Delete(st.answer);
+	return out;
 }
 
 /* ------------------------------------------------------------ read / end */
@@ -677,6 +858,8 @@ enum hres api_session_delete(struct req *r)
 			resp_error(r, E_DB_UNAVAILABLE, "the database is unavailable: try again");
 			return H_DONE;
 		}
+		/* a seat freed (once its VM is gone): the line's head may take it */
+		queue_pump(r->x);
 	} else {
 		/* ended or failed already: make sure nothing is left (idempotent) */
 		session_delete_objects(r->x, s);

@@ -37,6 +37,7 @@ static const struct {
     [E_CAPACITY_BUSY] = {"capacity_busy", 503},
     [E_USER_TOO_LONG] = {"bad_request", 400},
     [E_STREAMS_FULL] = {"streams_full", 503},
+    [E_NEVER_FITS] = {"never_fits", 409},
 };
 
 static const char *status_text(int s)
@@ -46,6 +47,8 @@ static const char *status_text(int s)
 		return "OK";
 	case 201:
 		return "Created";
+	case 202:
+		return "Accepted";
 	case 400:
 		return "Bad Request";
 	case 401:

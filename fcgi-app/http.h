@@ -41,6 +41,7 @@ enum api_err {
 	E_CAPACITY_BUSY,          /* 503 capacity_busy */
 	E_USER_TOO_LONG,          /* 400 bad_request (REMOTE_USER longer than tickets allow) */
 	E_STREAMS_FULL,           /* 503 streams_full (stream_max event streams open here) */
+	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 };
 
 struct req {

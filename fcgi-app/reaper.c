@@ -526,6 +526,20 @@ int main(int argc, char **argv)
 		log_err("cannot read sessions: %s", x.db.msg);
 		goto out;
 	}
+	/* the waiting line: places whose page stopped polling lapse (queue.c
+	 * does the same on every poll; admission needs the lessons: labvm.fcgi) */
+	{
+		char lapse[16];
+		snprintf(lapse, sizeof lapse, "%d", cfg.queue_lapse_s);
+		const char *pq[2] = {cfg.environment, lapse};
+		if (!dry_run &&
+		    db_cmd(&x.db,
+		           "UPDATE session_queue SET state = 'lapsed', ended_at = now() WHERE "
+		           "environment = $1 AND state = 'waiting' AND last_seen_at < now() - "
+		           "make_interval(secs => $2::int)",
+		           2, pq) < 0)
+			log_warn("queue: lapsing stale places failed: %s", x.db.msg);
+	}
 	orphans(&x, &vms, ids, nids, &k);
 	orphans(&x, &secrets, ids, nids, &k);
 	orphans(&x, &nets, ids, nids, &k);

@@ -10,6 +10,7 @@
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
+#include "queue.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -102,6 +103,9 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		*h = api_db_error(r);
 		return -1;
 	}
+	/* no session: a place in the waiting line answers for itself (queue.c) */
+	if (rc == SESSION_NONE && queue_route(r, rt->fn, (n & NEED_CURRENT) != 0, h))
+		return -1;
 	if (rc == SESSION_NONE && (n & NEED_CURRENT)) {
 		resp_error(r, E_NO_SESSION, "you have no open lab session");
 		return -1;

@@ -106,6 +106,7 @@
     const s = S.session;
     let v;
     if (S.view === 'starting' && s) v = t('starting.heading', { title: lessonTitle(s.lesson) });
+    else if (S.view === 'queued' && s) v = t('queue.heading', { title: lessonTitle(s.lesson) });
     else if (S.view === 'lab' && s) v = lessonTitle(s.lesson);
     else if (S.view === 'failed') v = t('failed.heading');
     else if (S.view === 'ended') v = t('ended.heading');
@@ -180,7 +181,7 @@
   const sessionPath = (id) => '/api/sessions/' + encodeURIComponent(id);
 
   /* ------------------------------------------------------------ views */
-  const HEADINGS = { lessons: 'lessons-title', starting: 'starting-title', lab: 'lab-title',
+  const HEADINGS = { lessons: 'lessons-title', queued: 'queued-title', starting: 'starting-title', lab: 'lab-title',
     failed: 'failed-title', ended: 'ended-title' };
 
   /* Show a view. When the focus was in the view that goes away (a button the
@@ -285,13 +286,17 @@
     if (!n) return;
     box.dataset.kind = n.kind;
     box.className = 'notice ' + (n.kind === 'capacity' ? 'warn' : 'error');
+    const joinq = $('notice-queue');
+    joinq.hidden = !(n.kind === 'capacity' && n.canQueue && n.lesson);
+    joinq.disabled = startBusy !== null;
     const retry = $('notice-retry');
     retry.hidden = !n.lesson;
     retry.textContent = n.kind === 'capacity' ? t('capacity.retry') : t('failed.again');
     retry.disabled = startBusy !== null;
     if (n.kind === 'capacity') {
       box.querySelector('.notice-title').textContent = t('capacity.title');
-      box.querySelector('.notice-body').textContent = t('capacity.body', { capacity: n.capacity, in_use: n.in_use });
+      box.querySelector('.notice-body').textContent = t('capacity.body', { capacity: n.capacity, in_use: n.in_use }) +
+        (n.canQueue ? ' ' + t('queue.offer') : '');
       renderCapacityWhen();
     } else {
       box.querySelector('.notice-title').textContent = '';
@@ -322,17 +327,17 @@
     return Number(r.data.retry_after_s) || 30;
   }
 
-  async function start(lessonId) {
+  async function start(lessonId, queue) {
     if (startBusy !== null) return;   // a double click starts once
     startBusy = lessonId;
     S.notice = null;
     if (S.view === 'lessons') renderLessons();
     $('failed-again').disabled = true;
     loadTerminal().catch(() => {});   // meanwhile: the terminal is needed soon
-    const r = await api('POST', '/api/sessions', { lesson: lessonId });
+    const r = await api('POST', '/api/sessions', queue ? { lesson: lessonId, queue: true } : { lesson: lessonId });
     startBusy = null;
     $('failed-again').disabled = false;
-    if (r.status === 201 && r.data.id) {
+    if ((r.status === 201 || r.status === 202) && r.data.id) {
       S.termOnReady = true;
       // a prepared machine from the warm pool: ready at the press
       if (r.data.pool && r.data.state === 'ready') S.note = 'pool';
@@ -348,7 +353,7 @@
     if (r.status === 503 && r.data.error === 'capacity_full') {
       const ra = retryAfterSeconds(r);
       S.notice = { kind: 'capacity', lesson: lessonId, capacity: r.data.capacity, in_use: r.data.in_use,
-        retryAfter: ra, retryAt: Date.now() + ra * 1000 };
+        retryAfter: ra, retryAt: Date.now() + ra * 1000, canQueue: r.data.can_queue === true };
     } else {
       S.notice = { kind: 'error', lesson: lessonId, text: errorText(r), code: r.data.error || r.status };
     }
@@ -437,7 +442,7 @@
       } else {
         S.offline = true;          // keep polling; say so while starting
         renderSessionView();
-        schedulePoll(S.session.state === 'starting' ? 2000 : POLL_READY_MS / 4);
+        schedulePoll(S.session.state === 'starting' || S.session.state === 'queued' ? 2000 : POLL_READY_MS / 4);
       }
     })();
     return refreshing;
@@ -454,6 +459,21 @@
     }
     stopPoll();
     switch (s.state) {
+      case 'queued': {
+        // waiting in line: poll (which keeps the place and moves the line);
+        // the answer turns into the session when it is this student's turn
+        leaveLab();
+        show('queued', focus);
+        loadTerminal().catch(() => {});
+        schedulePoll(((s.queue && s.queue.poll_s) || 2) * 1000);
+        break;
+      }
+      case 'lapsed':
+      case 'left':
+        S.session = null;
+        S.notice = s.state === 'lapsed' ? { kind: 'error', lesson: s.lesson, text: t('queue.lapsed'), code: 'lapsed' } : null;
+        showLessons(true);
+        return;
       case 'starting': {
         leaveLab();
         if (S.view !== 'starting') S.stageSaid = null;
@@ -495,6 +515,7 @@
     const s = S.session;
     if (!s) return;
     if (S.view === 'starting') renderStarting(s);
+    else if (S.view === 'queued') renderQueued(s);
     else if (S.view === 'lab') renderLab(s);
     else if (S.view === 'failed') renderFailed(s);
     else if (S.view === 'ended') renderEnded(s);
@@ -505,6 +526,35 @@
     const note = S.note === 'exists' || S.note === 'pool' ? S.note : null;
     p.hidden = !note;
     p.textContent = note ? t(note + '.note') : '';
+  }
+
+  // 1st, 2nd, 3rd, 4th ... 11th, 12th, 13th, 21st; 日本語: 3番目
+  function ordinal(n) {
+    if (lang === 'ja') return String(n);
+    const m100 = n % 100, m10 = n % 10;
+    const suf = m100 >= 11 && m100 <= 13 ? 'th' : m10 === 1 ? 'st' : m10 === 2 ? 'nd' : m10 === 3 ? 'rd' : 'th';
+    return n + suf;
+  }
+
+  function renderQueued(s) {
+    const q = s.queue || {};
+    $('queued-title').textContent = t('queue.heading', { title: lessonTitle(s.lesson) });
+    const pos = $('queue-position');
+    const said = q.position === 1 ? t('queue.next') + ' (' + t('queue.position', { ord: ordinal(1) }) + ')'
+      : t('queue.position', { ord: ordinal(q.position) });
+    if (pos.textContent !== said) pos.textContent = said;
+    pos.dataset.position = String(q.position);
+    $('queued-offline').hidden = !S.offline;
+    const now = serverNow();
+    const est = Date.parse(q.estimate || ''), bound = Date.parse(q.no_later_than || '');
+    const e = $('queue-estimate'), b = $('queue-bound');
+    if (isNaN(est)) e.textContent = t('queue.unknown');
+    else if (est - now < 5000) e.textContent = t('queue.estimateSoon');
+    else e.textContent = t('queue.estimate', { at: fmtTime(est - S.skew), wait: fmtDuration((est - now) / 1000) });
+    e.dataset.estimate = q.estimate || '';
+    b.hidden = isNaN(bound);
+    b.textContent = isNaN(bound) ? '' : t('queue.bound', { at: fmtTime(bound - S.skew), wait: fmtDuration((bound - now) / 1000) });
+    b.dataset.bound = q.no_later_than || '';
   }
 
   function renderStarting(s) {
@@ -1064,6 +1114,7 @@
   /* ------------------------------------------------------------ events */
   function tick() {
     if (S.view === 'starting') renderElapsed();
+    else if (S.view === 'queued' && S.session) renderQueued(S.session);
     else if (S.view === 'lab') {
       renderRemaining();
       if (lab && lab.console && lab.console.state === 'retrying') lab.console.render();
@@ -1087,6 +1138,16 @@
       });
     });
     $('notice-retry').addEventListener('click', () => { if (S.notice && S.notice.lesson) start(S.notice.lesson); });
+    $('notice-queue').addEventListener('click', () => {
+      if (S.notice && S.notice.lesson) { S.termOnReady = true; start(S.notice.lesson, true); }
+    });
+    $('leave-queue').addEventListener('click', async (e) => {
+      const b = e.currentTarget;
+      if (!S.session || b.getAttribute('aria-disabled') === 'true') return;
+      b.setAttribute('aria-disabled', 'true');
+      await endSession(S.session.id);
+      b.removeAttribute('aria-disabled');
+    });
     $('failed-again').addEventListener('click', (e) => start(e.currentTarget.dataset.lesson));
     document.querySelectorAll('.to-lessons').forEach((b) => b.addEventListener('click', async () => {
       S.notice = null;
@@ -1132,7 +1193,7 @@
     document.addEventListener('visibilitychange', () => {
       if (document.visibilityState !== 'visible') return;
       if (S.view === 'lessons') checkCurrent();
-      else if (S.view === 'starting' || S.view === 'lab') refreshSession();
+      else if (S.view === 'starting' || S.view === 'queued' || S.view === 'lab') refreshSession();
     });
     setInterval(tick, 1000);
   }

@@ -44,6 +44,7 @@ static const struct cfg_key keys[] = {
     I(vm_capacity, "8", 0, 100000),
     I(pod_capacity, "32", 0, 100000),
     I(retry_after_s, "30", 1, 3600),
+    I(queue_lapse_s, "90", 5, 86400),
     S(lessons_dir, "/etc/labvm/lessons"),
     S(label_prefix, "labvm.io"),
     S(ticket_key_file, "/etc/labvm/ticket.key"),

@@ -21,6 +21,7 @@ struct cfg {
 	int vm_capacity;
 	int pod_capacity; /* lab Pods at once, counted apart from the VMs */
 	int retry_after_s;
+	int queue_lapse_s; /* a place in line lapses after this long without a poll */
 	char *lessons_dir;
 	char *label_prefix;
 	char *ticket_key_file;

@@ -251,7 +251,9 @@ int pool_claim(struct labctx *x, const struct lesson *l, const char *user, doubl
 				snprintf(x->pool_after, sizeof x->pool_after, "%s", l->id);
 			continue;
 		}
-		if (util_uuid4(sid) < 0 || db_cmd(&x->db, "SAVEPOINT pool_claim", 0, NULL) < 0) {
+		/* a preset sid (a place of the waiting line) is kept */
+		if ((!sid[0] && util_uuid4(sid) < 0) ||
+		    db_cmd(&x->db, "SAVEPOINT pool_claim", 0, NULL) < 0) {
 			rc = POOL_DBERR;
 			break;
 		}

@@ -29,6 +29,7 @@ const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage
 const CODES = [
   [400, 'bad_request'], [401, 'unauthenticated'], [404, 'no_session'],
   [404, 'not_found'], [404, 'unknown_lesson'], [405, 'method_not_allowed'], [409, 'not_ready'],
+  [409, 'never_fits'],
   [413, 'too_large'], [415, 'unsupported_media_type'],
   [500, 'internal_error'], [501, 'not_implemented'],
   [502, 'agent_unreachable'], [503, 'cluster_unavailable'], [503, 'db_unavailable'],

@@ -21,6 +21,7 @@ def reset_world(kube=None, db=None):
     # the warm pool (issue #18): no warm requests, no idle pool VM rows
     db.query("DELETE FROM pool_warm")
     db.query("DELETE FROM pool_vms")
+    db.query("UPDATE session_queue SET state = 'left', ended_at = now() WHERE state = 'waiting'")
     for kind in ("virtualmachines", "secrets", "network-attachment-definitions", "pods"):
         # lab Pods; a VM's launcher pod goes with its VM
         sel = f"{PREFIX}/lab-session=true" + (",!kubevirt.io" if kind == "pods" else "")
