@@ -3,9 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "bridge.h"
+#include "control.h"
 #include "db.h"
 #include "log.h"
 #include "session.h"
@@ -312,20 +311,12 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 void bs_browser_control(struct bconn *c, const void *p, size_t n)
 {
 	struct bsession *s = c->sess;
-	if (!s || s->dead || !s->up || !s->up_ops->resize || n > 512)
+	int cols, rows;
+	if (!s || s->dead || !s->up || !s->up_ops->resize)
 		return; /* a serial console has no window size */
-	cJSON *o = cJSON_ParseWithLength(p, n);
-	const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
-	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(o, "cols");
-	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
-	if (cJSON_IsString(type) && strcmp(type->valuestring, "resize") == 0 &&
-	    cJSON_IsNumber(cols) && cJSON_IsNumber(rows) && cols->valuedouble >= 1 &&
-	    rows->valuedouble >= 1 && cols->valuedouble <= 1000 && rows->valuedouble <= 1000) {
-		/* the last tab to say its size sets it (tabs share one terminal) */
-		if (s->up_ops->resize(s->up, cols->valueint, rows->valueint) < 0)
-			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
-	}
-	cJSON_Delete(o);
+	/* the last tab to say its size sets it (tabs share one terminal) */
+	if (control_resize(p, n, &cols, &rows) && s->up_ops->resize(s->up, cols, rows) < 0)
+		bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 }
 
 /* ------------------------------------------------------------------ timers */

@@ -25,10 +25,10 @@
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
-#include "util.h"
 #include "metrics.h"
 #include "pool.h"
 #include "stream.h"
+#include "util.h"
 
 static struct cfg cfg;
 static struct lessons lessons;

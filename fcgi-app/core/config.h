@@ -52,7 +52,7 @@ struct cfg {
 	int capacity_lock_timeout_ms; /* wait for the capacity lock at most this long */
 	int db_idle_tx_timeout_s;     /* idle_in_transaction_session_timeout */
 	char *console_user_from; /* "forwarded": the front end's Forwarded remote_user; "none" */
-	char *log_format; /* text | json (core/log.c) */
+	char *log_format;        /* text | json (core/log.c) */
 	char
 	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
 

@@ -18,7 +18,7 @@ struct db {
 	/* set by the owner before the first query (0: the server's default) */
 	int idle_tx_timeout_s;      /* idle_in_transaction_session_timeout */
 	int idle_session_timeout_s; /* idle_session_timeout (session-level locks) */
-	unsigned prepared;    /* bit i: statement "s<i>" is prepared on conn */
+	unsigned prepared;          /* bit i: statement "s<i>" is prepared on conn */
 };
 
 /* SQLSTATE 55P03: a lock_timeout ran out. */

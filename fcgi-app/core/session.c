@@ -1087,9 +1087,9 @@ int session_advance(struct labctx *x, struct session *s)
 	 * probe of every machine; a holder that died lets it run out. */
 	const struct cfg *c = x->cfg;
 	char *id = xstrdup(s->id);
-	long lease_ms = (long)(s->nvms ? s->nvms : 1) *
-	                    (3L * c->kube_timeout_ms + c->agent_ready_timeout_ms) +
-	                1000;
+	long lease_ms =
+	    (long)(s->nvms ? s->nvms : 1) * (3L * c->kube_timeout_ms + c->agent_ready_timeout_ms) +
+	    1000;
 	int got = session_lease_take(x, id, LEASE_PROBE, lease_ms);
 	int rc = got < 0 ? -1 : 0;
 	if (got > 0) {
