@@ -24,9 +24,10 @@ def row(sid):
 def ready_lab(user):
     api = Api(user)
     s = api.start("test-hold").json
-    wait_until(lambda: api.get(s["id"]).json["stage"] == "setting_up", 60, 0.1, "setting_up")
+    # generous limits: a loaded machine (CI) may take long; nothing here is timed
+    wait_until(lambda: api.get(s["id"]).json["stage"] == "setting_up", 180, 0.2, "setting_up")
     kube.guest_exec(s["vms"][0]["name"], "touch /root/go")
-    api.wait_state(s["id"], "ready", 30)
+    api.wait_state(s["id"], "ready", 120)
     return api, s
 
 
