@@ -8,6 +8,7 @@
  *   burst       M users press start at once against capacity C (overshoot)
  *   console     relay throughput and keystroke latency, bridge vs direct
  *   plot        the readiness outputs again from earlier JSON files
+ *   class       a class against a full lab: the waiting line beside retry-only
  *
  * Threads: the workers of one subcommand each own their libcurl handle (and
  * kube client); shared results are guarded by the subcommand's own mutex.
@@ -36,6 +37,7 @@ enum bench_cmd {
 	CMD_CONSOLE = 1 << 4,
 	CMD_SELFTEST = 1 << 5,
 	CMD_PLOT = 1 << 6,
+	CMD_CLASS = 1 << 7,
 };
 
 /* Filled from the option table (OPTS in main.c): one row per flag, with its
@@ -111,6 +113,16 @@ struct opts {
 
 	/* plot */
 	char *in; /* comma-separated JSON files */
+
+	/* class (class.c): a class against a full lab, the line beside retry-only */
+	int students;
+	char *hold;           /* session length: "uniform:MIN:MAX", "exp:MEAN", "fixed:S" */
+	double spread_s;      /* presses within this many seconds */
+	int seed;             /* the class (press times, holds, reactions) */
+	char *mode;           /* both | line | retry */
+	double reaction_s;    /* retry-only: 0..this after Retry-After */
+	double retry_after_s; /* retry-only: wait this instead of Retry-After (0: the server's) */
+	double place_poll_s;  /* the line: poll the place every (--poll) */
 };
 
 /* ------------------------------------------------------------------- stop */
@@ -348,5 +360,6 @@ int cmd_burst(struct opts *o);
 int cmd_console(struct opts *o);
 int cmd_selftest(struct opts *o);
 int cmd_plot(struct opts *o);
+int cmd_class(struct opts *o);
 
 #endif

@@ -21,9 +21,10 @@ volatile sig_atomic_t bench_stop;
 /* ------------------------------------------------------------- options */
 
 #define ALL                                                                                        \
-	(CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_PLOT)
-#define HTTP (CMD_READINESS | CMD_API | CMD_BURST | CMD_CONSOLE)
-#define KUBE (CMD_READINESS | CMD_BURST | CMD_CONSOLE)
+	(CMD_READINESS | CMD_REPORT | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST |           \
+	 CMD_PLOT | CMD_CLASS)
+#define HTTP (CMD_READINESS | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_CLASS)
+#define KUBE (CMD_READINESS | CMD_BURST | CMD_CONSOLE | CMD_CLASS)
 #define RSET (CMD_READINESS | CMD_REPORT | CMD_PLOT)
 
 /* How an option's value is stored in struct opts. */
@@ -86,10 +87,10 @@ static const struct optdef OPTS[] = {
     {"environment", T_STR, F(environment), "LABVM_ENVIRONMENT", NULL, 0, 0, CMD_REPORT, "ENV",
      "sessions of this environment [$LABVM_ENVIRONMENT]"},
     {"out", T_STR, F(out_dir), NULL, "labvm-bench-out", 0, 0,
-     RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST, "DIR",
+     RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_SELFTEST | CMD_CLASS, "DIR",
      "output folder [labvm-bench-out]"},
-    {"name", T_STR, F(name), NULL, NULL, 0, 0, RSET | CMD_API | CMD_BURST | CMD_CONSOLE, "STEM",
-     "output file stem [the subcommand]"},
+    {"name", T_STR, F(name), NULL, NULL, 0, 0, RSET | CMD_API | CMD_BURST | CMD_CONSOLE | CMD_CLASS,
+     "STEM", "output file stem [the subcommand]"},
     {"quiet", T_FLAG, F(quiet), NULL, NULL, 0, 0, ALL, NULL, "no live progress line"},
     {"lessons", T_STR, F(lessons_arg), NULL, NULL, 0, 0, RSET, "A,B",
      "lessons (readiness: interleaved; report: filter)"},
@@ -98,8 +99,8 @@ static const struct optdef OPTS[] = {
      "sessions starting at once [4]"},
     {"poll", T_NUM, F(poll_s), NULL, "1.0", 0.01, 60, CMD_READINESS, "S",
      "poll interval, like the page [1.0]"},
-    {"timeout", T_NUM, F(timeout_s), NULL, "1200", 1, 86400, CMD_READINESS, "S",
-     "give up on a session after [1200]"},
+    {"timeout", T_NUM, F(timeout_s), NULL, "1200", 1, 86400, CMD_READINESS | CMD_CLASS, "S",
+     "give up on a session (class: waiting for a lab) after [1200]"},
     {"retry-wait", T_NUM, F(retry_wait_s), NULL, "2", 0.01, 600, CMD_READINESS, "S",
      "wait after capacity_full, at most Retry-After [2]"},
     {"admission-timeout", T_NUM, F(admission_timeout_s), NULL, "900", 0, 86400, CMD_READINESS, "S",
@@ -130,12 +131,12 @@ static const struct optdef OPTS[] = {
      "status,lessons,current,healthz [status,lessons]"},
     {"sessions", T_INT, F(sessions), NULL, "2", 1, 1000, CMD_API, "N",
      "ready sessions polled by \"status\" [2]"},
-    {"lesson", T_STR, F(lesson), NULL, NULL, 0, 0, CMD_API | CMD_BURST | CMD_CONSOLE, "ID",
-     "lesson of the sessions [debian-golden; console: linux-basics]"},
+    {"lesson", T_STR, F(lesson), NULL, NULL, 0, 0, CMD_API | CMD_BURST | CMD_CONSOLE | CMD_CLASS,
+     "ID", "lesson of the sessions [debian-golden; console, class: linux-basics]"},
     {"users", T_INT, F(users), NULL, "200", 1, 100000, CMD_BURST, "M",
      "users pressing start at once [200]"},
-    {"capacity", T_INT, F(capacity), NULL, NULL, 1, 100000, CMD_BURST, "C",
-     "expected vm_capacity [the server's capacity_full answers]"},
+    {"capacity", T_INT, F(capacity), NULL, NULL, 1, 100000, CMD_BURST | CMD_CLASS, "C",
+     "expected vm_capacity, the seats [the server's answers]"},
     {"sample-ms", T_NUM, F(sample_ms), NULL, "20", 1, 10000, CMD_BURST, "MS",
      "VM count sampling period [20]"},
     {"rounds", T_INT, F(rounds), NULL, "1", 1, 1000, CMD_BURST, "R",
@@ -153,6 +154,22 @@ static const struct optdef OPTS[] = {
      "also the bridge's memory with 1,000 consoles"},
     {"in", T_STR, F(in), NULL, NULL, 0, 0, CMD_PLOT, "F.json,..",
      "readiness or report JSON files (merged)"},
+    {"students", T_INT, F(students), NULL, "30", 1, 10000, CMD_CLASS, "N",
+     "students pressing Start [30]"},
+    {"spread", T_NUM, F(spread_s), NULL, "3", 0, 3600, CMD_CLASS, "S",
+     "the presses fall within this many seconds (uniform) [3]"},
+    {"hold", T_STR, F(hold), NULL, "uniform:10:40", 0, 0, CMD_CLASS, "DIST",
+     "how long each keeps the lab (s): uniform:MIN:MAX, exp:MEAN, fixed:S [uniform:10:40]"},
+    {"seed", T_INT, F(seed), NULL, "1", 0, 2000000000, CMD_CLASS, "N",
+     "the class: press times, holds and reactions [1]"},
+    {"mode", T_STR, F(mode), NULL, "both", 0, 0, CMD_CLASS, "M",
+     "line, retry (retry-only) or both, the same class twice [both]"},
+    {"poll", T_NUM, F(place_poll_s), NULL, "2", 0.05, 60, CMD_CLASS, "S",
+     "the line: poll the place every, as the page does [2]"},
+    {"reaction", T_NUM, F(reaction_s), NULL, "3", 0, 600, CMD_CLASS, "S",
+     "retry-only: a student presses again 0..S after Retry-After [3]"},
+    {"retry-after", T_NUM, F(retry_after_s), NULL, "0", 0, 3600, CMD_CLASS, "S",
+     "retry-only: wait this instead of the answer's Retry-After [0: Retry-After]"},
     {"help", T_HELP, 0, NULL, NULL, 0, 0, ALL, NULL, "this text"},
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])
@@ -174,6 +191,8 @@ static const struct {
      "console throughput and keystroke latency: bridge vs direct"},
     {"plot", CMD_PLOT, cmd_plot,
      "table, CSV, JSON and SVG again from readiness/report JSON files (merged)"},
+    {"class", CMD_CLASS, cmd_class,
+     "a class against a full lab: the waiting line beside retry-only (waits, order)"},
     {"selftest", CMD_SELFTEST, cmd_selftest, "check stats, CSV, JSON and SVG writers offline"},
 };
 #define NCMDS (sizeof CMDS / sizeof CMDS[0])
@@ -399,6 +418,10 @@ static int parse(struct opts *o, int ci, int argc, char **argv)
 			return -1;
 		}
 		const struct optdef *d = &OPTS[c - 1000];
+		/* a flag may have a row per subcommand (--poll): the one that applies */
+		for (size_t j = (size_t)(c - 1000) + 1; j < NOPTS && !(d->cmds & o->cmd); j++)
+			if (strcmp(OPTS[j].name, d->name) == 0 && (OPTS[j].cmds & o->cmd))
+				d = &OPTS[j];
 		if (!(d->cmds & o->cmd)) {
 			fprintf(stderr, "labvm-bench %s: --%s does not apply here\n", o->cmd_name,
 			        d->name);

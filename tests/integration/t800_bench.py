@@ -10,6 +10,11 @@ sample on both clocks, the printed table's columns, that the figures agree
 with the session rows in PostgreSQL, and that nothing is left open. Then
 `report` over the same window must find the same five sessions, `selftest`
 must pass, and Ctrl-C during a run must end every session it started.
+Last, `class` (the waiting line beside retry-only, issue #20): a tiny class of
+six students (student292..297) against two free seats (student286..291 hold
+the other six of the check stack's eight), both modes, figures present and
+sane: everyone gets a lab, the line admits in press order with one press
+each, retry-only needs more presses, capacity is never exceeded.
 """
 import csv
 import json
@@ -23,7 +28,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
-from labtest import Db, Kube, env, reset_world, wait_until
+from labtest import Api, Db, Kube, env, reset_world, wait_until
 from tap import T
 
 t = T()
@@ -281,10 +286,90 @@ def ctrl_c_ends_the_sessions_it_started():
     t.eq(sorted(x["state"] for x in j["samples"]), ["interrupted"] * 3, "samples interrupted")
 
 
+CAPACITY = 8  # the check stack's vm_capacity (t125 too)
+HOLDERS = [f"student{i}" for i in range(286, 286 + CAPACITY - 2)]
+CLASS_FIRST, CLASS_N = 292, 6
+CLASS_USERS = [f"student{i}" for i in range(CLASS_FIRST, CLASS_FIRST + CLASS_N)]
+
+
+def class_bench(*args):
+    return bench("class", "--students", str(CLASS_N), "--first", str(CLASS_FIRST),
+                 "--user-count", str(CLASS_N), "--capacity", str(CAPACITY), "--quiet", *args)
+
+
+@t.test
+def class_line_beside_retry_only():
+    wait_until(lambda: not kube.lab_vms() or None, timeout=60, what="no lab VM left")
+    held = []
+    try:
+        for u in HOLDERS:
+            r = Api(u).start("linux-basics")
+            t.require(r.status == 201, f"holder {u} start: {r}")
+            held.append((u, r.json["id"]))
+        # seats free 1-3 s after admission; retry after 1 s (not the server's 30)
+        r = class_bench("--hold", "uniform:1:3", "--spread", "2", "--seed", "7",
+                        "--retry-after", "1", "--reaction", "0.5", "--poll", "0.5",
+                        "--timeout", "120", "--out", out, "--name", "class")
+    finally:
+        for u, sid in held:
+            Api(u).end(sid)
+    t.eq(r.returncode, 0, "exit status")
+    if r.returncode != 0:
+        t.diag(r.stdout[-3000:] + r.stderr[-2000:])
+    with open(os.path.join(out, "class.json")) as f:
+        j = json.load(f)
+    t.eq(j["command"], "class", "command")
+    modes = {m["mode"]: m for m in j["modes"]}
+    t.eq([m["mode"] for m in j["modes"]], ["retry", "line"], "retry-only first, then the line")
+    for name, m in modes.items():
+        t.eq((m["got_a_lab"], m["errors"]), (CLASS_N, 0), f"{name}: everyone got a lab")
+        w = m["wait_s"]
+        t.eq(w["n"], CLASS_N, f"{name}: a wait per student")
+        t.ok(0 <= w["min"] <= w["p50"] <= w["p90"] <= w["p95"] <= w["max"] < 120,
+             f"{name}: waits ordered", w)
+        t.eq(m["ordered_pairs"], CLASS_N * (CLASS_N - 1) // 2, f"{name}: every pair compared")
+        t.ok(m["most_lab_vms_at_once"] is not None and m["most_lab_vms_at_once"] <= CAPACITY,
+             f"{name}: capacity never exceeded", m["most_lab_vms_at_once"])
+        t.eq(len(m["students_detail"]), CLASS_N, f"{name}: one row per student")
+    line, retry = modes.get("line", {}), modes.get("retry", {})
+    t.eq(line.get("out_of_order_pairs"), 0, "the line: no out-of-order admission")
+    t.eq(line.get("presses_per_student"), 1.0, "the line: one press each")
+    t.ok(line.get("joined_the_line", 0) >= CLASS_N - 2, "the line: all but two joined it", line)
+    t.eq(line.get("estimate_given"), line.get("joined_the_line"), "an estimate on each place")
+    t.ok(line.get("estimate_abs_error_s", {}).get("p50") is not None, "estimate error measured")
+    t.ok(retry.get("presses_per_student", 0) > 1, "retry-only: pressed again",
+         retry.get("presses_per_student"))
+    t.eq(retry.get("joined_the_line"), 0, "retry-only: no place in line")
+    row = re.search(r"^\s+out-of-order admissions \(pairs\)\s+(\d+) of (\d+)\s+(\d+) of (\d+)$",
+                    r.stdout, re.M)
+    t.ok(row and row.group(3) == "0", "printed: the line's out-of-order count is 0",
+         r.stdout[-2500:])
+    for label in ("wait for a lab p50 (s)", "wait p95 (s)", "presses per student (mean)",
+                  "estimate error |admitted - estimate| p50 (s)"):
+        t.ok(re.search(r"^\s+" + re.escape(label) + r"\s+\S+\s+\S+$", r.stdout, re.M),
+             f"printed: {label}, one column per mode")
+    left = db.one("SELECT count(*) FROM sessions WHERE user_name = ANY(%s) "
+                  "AND state IN ('starting', 'ready')", CLASS_USERS + HOLDERS)[0]
+    t.eq(left, 0, "every session of the class ended")
+    t.eq(db.one("SELECT count(*) FROM session_queue WHERE user_name = ANY(%s) "
+                "AND state = 'waiting'", CLASS_USERS)[0], 0, "no place left in line")
+
+
+@t.test
+def class_bad_options():
+    for args, says in ((["--hold", "normal:3"], "--hold normal:3: expected"),
+                       (["--hold", "uniform:9:3"], "expected uniform:MIN:MAX"),
+                       (["--mode", "queue"], "--mode queue: expected line, retry or both"),
+                       (["--students", "0"], "--students 0: expected a number")):
+        r = class_bench(*args)
+        t.eq(r.returncode, 2, f"{args}: exit status 2")
+        t.ok(says in r.stderr, f"{args}: says why", r.stderr[-300:])
+
+
 try:
     t.done()
 finally:
-    for u in USERS:
+    for u in USERS + CLASS_USERS + HOLDERS:
         db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
                  "WHERE user_name = %s AND state IN ('starting', 'ready')", u)
     shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,648 @@
+/* class.c - `labvm-bench class`: a class against a full lab, the waiting line
+ * (issue #20) beside retry-only.
+ *
+ * --students press Start within --spread seconds of each other against a lab
+ * of C seats; each keeps the lab it gets for a time drawn from --hold, then
+ * ends it. The same class (the same press times and holds, from --seed) runs
+ * in each mode:
+ *
+ *   retry  the page before the line: 503 capacity_full, wait Retry-After
+ *          (or --retry-after) plus a reaction of 0..--reaction s, press again
+ *   line   "queue": true: a place in line (202), polled every --poll s as the
+ *          page does; the estimate shown on joining is kept
+ *
+ * Retry-only goes first, so the line's estimate has recent history to learn
+ * from. The admission time is the session's own created_at (the server's
+ * clock, the same machine's as the press times here): the wait is press ->
+ * admission, not press -> the next poll. Figures per mode: the wait (p50, p90,
+ * p95, max), out-of-order admissions (pairs where the later press was admitted
+ * first, over all pairs: 0 is first come first served), presses per student,
+ * the most lab VMs at once (with cluster read access); for the line, the
+ * estimate's error (admission - estimate: |err| p50, p95, the signed median)
+ * and how often the bound (no_later_than) held. Every session and place it
+ * made is ended. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "jsonx.h"
+
+/* ------------------------------------------------------------ the class */
+
+enum hold_kind { HOLD_UNIFORM, HOLD_EXP, HOLD_FIXED };
+
+struct hold {
+	enum hold_kind kind;
+	double a, b; /* uniform: min, max; exp: mean; fixed: a */
+};
+
+static int hold_parse(const char *s, struct hold *h)
+{
+	char kind[16];
+	double a = NAN, b = NAN;
+	char tail;
+	int n = sscanf(s, "%15[a-z]:%lf:%lf%c", kind, &a, &b, &tail);
+	memset(h, 0, sizeof *h);
+	if (n == 3 && strcmp(kind, "uniform") == 0 && a >= 0 && b >= a && b <= 86400) {
+		*h = (struct hold){HOLD_UNIFORM, a, b};
+		return 0;
+	}
+	if (n == 2 && strcmp(kind, "exp") == 0 && a > 0 && a <= 86400) {
+		*h = (struct hold){HOLD_EXP, a, 0};
+		return 0;
+	}
+	if (n == 2 && strcmp(kind, "fixed") == 0 && a >= 0 && a <= 86400) {
+		*h = (struct hold){HOLD_FIXED, a, 0};
+		return 0;
+	}
+	fprintf(stderr,
+	        "labvm-bench class: --hold %s: expected uniform:MIN:MAX, exp:MEAN or fixed:S "
+	        "(seconds, at most 86400)\n",
+	        s);
+	return -1;
+}
+
+static void hold_describe(const struct hold *h, char *out, size_t n)
+{
+	if (h->kind == HOLD_UNIFORM)
+		snprintf(out, n, "%g-%g s (uniform)", h->a, h->b);
+	else if (h->kind == HOLD_EXP)
+		snprintf(out, n, "exponential, mean %g s", h->a);
+	else
+		snprintf(out, n, "%g s each", h->a);
+}
+
+/* splitmix64: a small reproducible stream per student */
+static uint64_t rng_next(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* [0, 1) */
+static double rng_unit(uint64_t *x)
+{
+	return (double)(rng_next(x) >> 11) * 0x1.0p-53;
+}
+
+static double hold_draw(const struct hold *h, uint64_t *x)
+{
+	double u = rng_unit(x);
+	switch (h->kind) {
+	case HOLD_UNIFORM:
+		return h->a + u * (h->b - h->a);
+	case HOLD_EXP:
+		return -h->a * log(1.0 - u);
+	case HOLD_FIXED:
+		break;
+	}
+	return h->a;
+}
+
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ----------------------------------------------------------- one student */
+
+/* vsnprintf: cut quietly at the buffer's end */
+__attribute__((format(printf, 3, 4))) static void fmt_cut(char *out, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, n, fmt, ap);
+	va_end(ap);
+}
+
+struct crun;
+
+struct student {
+	struct crun *r;
+	int i;
+	char user[64];
+	double offset, hold; /* s: the press after the start signal, the lab kept */
+	uint64_t rng;        /* reactions */
+	/* results (wall clock, s; NAN when not reached) */
+	double pressed, admitted, seen;
+	int tries;
+	int joined;
+	long position;
+	double estimate, bound;
+	char sid[40];
+	char err[200];
+};
+
+struct crun {
+	const struct opts *o;
+	const char *lesson;
+	int line;
+	double t0; /* wall: the start signal */
+	pthread_barrier_t bar;
+	/* sampler */
+	volatile int sampling;
+	long most, samples, sample_failures;
+};
+
+static void end_path(struct bapi *a, const char *sid)
+{
+	char *p = xasprintf("/api/sessions/%s", sid);
+	for (int i = 0; i < 3; i++) {
+		long code = bapi_call(a, "DELETE", p, NULL, NULL);
+		if (code == 200 || code == 404 || code == 409)
+			break;
+	}
+	free(p);
+}
+
+/* a bench user's open session (or place) from an earlier run: ended */
+static void end_open(struct bapi *a)
+{
+	cJSON *s = NULL;
+	long code = bapi_call(a, "GET", "/api/sessions/current", NULL, &s);
+	const char *id = code == 200 ? kj_str(s, "id") : NULL;
+	if (id)
+		end_path(a, id);
+	cJSON_Delete(s);
+}
+
+/* the session's created_at (the admission, server clock), else now */
+static double admission_time(const cJSON *s)
+{
+	double t = bench_parse_time(kj_str(s, "created_at"));
+	return isfinite(t) ? t : wall_s();
+}
+
+/* Waits in line until admitted: 0, or -1 (s->err). */
+static int wait_in_line(struct student *s, struct bapi *a, double deadline)
+{
+	const struct opts *o = s->r->o;
+	char *path = xasprintf("/api/sessions/%s", s->sid);
+	int rc = -1;
+	for (;;) {
+		if (bench_sleep(o->place_poll_s)) {
+			bench_copy(s->err, sizeof s->err, "interrupted");
+			break;
+		}
+		cJSON *g = NULL;
+		long code = bapi_call(a, "GET", path, NULL, &g);
+		const char *st = code == 200 ? kj_str(g, "state") : NULL;
+		if (st && (strcmp(st, "starting") == 0 || strcmp(st, "ready") == 0)) {
+			s->admitted = admission_time(g);
+			s->seen = wall_s();
+			cJSON_Delete(g);
+			rc = 0;
+			break;
+		}
+		if (!st || strcmp(st, "queued") != 0) {
+			fmt_cut(s->err, sizeof s->err, "the place: %ld %s %s", code,
+			        st ? st : bapi_error_code(g),
+			        kj_str(g, "message") ? kj_str(g, "message") : a->msg);
+			cJSON_Delete(g);
+			break;
+		}
+		cJSON_Delete(g);
+		if (wall_s() > deadline) {
+			fmt_cut(s->err, sizeof s->err, "still in line after %.0f s", o->timeout_s);
+			break;
+		}
+	}
+	free(path);
+	return rc;
+}
+
+static void press_until_admitted(struct student *s, struct bapi *a)
+{
+	const struct opts *o = s->r->o;
+	cJSON *body = jx_obj();
+	double deadline;
+
+	jx_add_str(body, "lesson", s->r->lesson);
+	if (s->r->line)
+		jx_add_bool(body, "queue", 1);
+	s->pressed = wall_s();
+	deadline = s->pressed + o->timeout_s;
+	while (!bench_stop) {
+		cJSON *ans = NULL;
+		s->tries++;
+		long code = bapi_call(a, "POST", "/api/sessions", body, &ans);
+		const char *err = code ? bapi_error_code(ans) : "unreachable";
+		if (code == 201) {
+			bench_copy(s->sid, sizeof s->sid, kj_str(ans, "id"));
+			s->admitted = admission_time(ans);
+			s->seen = wall_s();
+			cJSON_Delete(ans);
+			break;
+		}
+		if (code == 202 && kj_str(ans, "id")) {
+			const cJSON *pos = kj_get(ans, "queue.position");
+			bench_copy(s->sid, sizeof s->sid, kj_str(ans, "id"));
+			s->joined = 1;
+			s->position = cJSON_IsNumber(pos) ? (long)pos->valuedouble : 0;
+			s->estimate = bench_parse_time(kj_str(ans, "queue.estimate"));
+			s->bound = bench_parse_time(kj_str(ans, "queue.no_later_than"));
+			cJSON_Delete(ans);
+			if (wait_in_line(s, a, deadline) < 0) {
+				end_path(a, s->sid); /* out of the line */
+				s->sid[0] = '\0';
+			}
+			break;
+		}
+		if (code == 503 &&
+		    (strcmp(err, "capacity_full") == 0 || strcmp(err, "capacity_busy") == 0)) {
+			double w = o->retry_after_s > 0  ? o->retry_after_s
+			           : a->retry_after >= 0 ? (double)a->retry_after
+			                                 : 30;
+			cJSON_Delete(ans);
+			w += rng_unit(&s->rng) * o->reaction_s;
+			if (wall_s() + w > deadline) {
+				fmt_cut(s->err, sizeof s->err, "no lab after %.0f s", o->timeout_s);
+				break;
+			}
+			if (bench_sleep(w))
+				break;
+			continue;
+		}
+		fmt_cut(s->err, sizeof s->err, "start: %ld %s %s", code, err,
+		        kj_str(ans, "message") ? kj_str(ans, "message") : a->msg);
+		cJSON_Delete(ans);
+		break;
+	}
+	if (bench_stop && !s->err[0] && !isfinite(s->admitted))
+		bench_copy(s->err, sizeof s->err, "interrupted");
+	cJSON_Delete(body);
+}
+
+static void *student_thread(void *arg)
+{
+	struct student *s = arg;
+	const struct opts *o = s->r->o;
+	struct bapi a;
+	int ok = bapi_init(&a, o->url, s->user, bench_password(o, s->i)) == 0;
+
+	if (ok)
+		end_open(&a);
+	pthread_barrier_wait(&s->r->bar);
+	if (!ok) {
+		bench_copy(s->err, sizeof s->err, "client set-up failed");
+		return NULL;
+	}
+	if (!bench_sleep(s->r->t0 + s->offset - wall_s()))
+		press_until_admitted(s, &a);
+	if (isfinite(s->admitted)) {
+		bench_sleep(s->hold);
+		end_path(&a, s->sid);
+	}
+	bapi_cleanup(&a);
+	return NULL;
+}
+
+static void *sampler(void *arg)
+{
+	struct crun *r = arg;
+	struct cfg kc;
+	struct kube k;
+	if (bench_kube(r->o, &kc, &k) < 0)
+		return NULL;
+	while (r->sampling) {
+		long n = bench_count_lab_vms(r->o, &k);
+		if (n >= 0) {
+			r->samples++;
+			if (n > r->most)
+				r->most = n;
+		} else {
+			r->sample_failures++;
+		}
+		struct timespec ts = {0, 200 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	bench_kube_free(&kc, &k);
+	return NULL;
+}
+
+/* ------------------------------------------------------------- figures */
+
+struct msum {
+	const char *mode, *shown;
+	int got, errors;
+	struct stats wait, abserr;
+	double wait_p95, err_p95;
+	double presses, signed_med;
+	long inv, pairs, most;
+	int joined, estimated, bound_checked, bound_held;
+	char first_err[200];
+};
+
+static void summarize(const struct crun *r, struct student *st, int n, struct msum *m)
+{
+	struct dvec w = {0}, ae = {0}, se = {0};
+	double presses = 0;
+	for (int i = 0; i < n; i++) {
+		struct student *s = &st[i];
+		if (!isfinite(s->admitted)) {
+			if (!m->errors++)
+				fmt_cut(m->first_err, sizeof m->first_err, "%s: %s", s->user,
+				        s->err[0] ? s->err : "no lab");
+			continue;
+		}
+		m->got++;
+		presses += s->tries;
+		/* created_at has milliseconds: an admission at once may read 1 ms early */
+		dvec_push(&w, fmax(0, s->admitted - s->pressed));
+		if (s->joined && isfinite(s->estimate)) {
+			m->estimated++;
+			dvec_push(&ae, fabs(s->admitted - s->estimate));
+			dvec_push(&se, s->admitted - s->estimate);
+		}
+		if (s->joined) {
+			m->joined++;
+			if (isfinite(s->bound)) {
+				m->bound_checked++;
+				m->bound_held += s->admitted <= s->bound;
+			}
+		}
+		for (int j = 0; j < n; j++) {
+			struct student *y = &st[j];
+			if (j == i || !isfinite(y->admitted) || !(s->pressed < y->pressed))
+				continue;
+			m->pairs++;
+			m->inv += y->admitted < s->admitted;
+		}
+	}
+	struct stats ss;
+	qsort(w.v, w.n, sizeof *w.v, stats_cmp_double);
+	qsort(ae.v, ae.n, sizeof *ae.v, stats_cmp_double);
+	m->wait_p95 = w.n ? stats_pct(w.v, w.n, 95) : NAN;
+	m->err_p95 = ae.n ? stats_pct(ae.v, ae.n, 95) : NAN;
+	stats_compute(w.v, w.n, &m->wait);
+	stats_compute(ae.v, ae.n, &m->abserr);
+	stats_compute(se.v, se.n, &ss);
+	m->signed_med = ss.p50;
+	m->presses = m->got ? presses / m->got : NAN;
+	m->most = r->samples ? r->most : -1;
+	dvec_free(&w);
+	dvec_free(&ae);
+	dvec_free(&se);
+}
+
+static cJSON *msum_json(const struct msum *m, const struct student *st, int n, double t0)
+{
+	cJSON *e = jx_obj();
+	jx_add_str(e, "mode", m->mode);
+	jx_add_num(e, "students", n);
+	jx_add_num(e, "got_a_lab", m->got);
+	jx_add_num(e, "errors", m->errors);
+	jx_add_str(e, "first_error", m->errors ? m->first_err : NULL);
+	cJSON *ws = bench_stats_json(&m->wait, 2, 0);
+	bench_jnum(ws, "p95", m->wait_p95, 2);
+	jx_put(e, "wait_s", ws);
+	bench_jnum(e, "presses_per_student", m->presses, 2);
+	jx_add_num(e, "out_of_order_pairs", (double)m->inv);
+	jx_add_num(e, "ordered_pairs", (double)m->pairs);
+	bench_jnum(e, "out_of_order_pct", m->pairs ? 100.0 * (double)m->inv / (double)m->pairs : 0,
+	           2);
+	if (m->most >= 0)
+		jx_add_num(e, "most_lab_vms_at_once", (double)m->most);
+	else
+		jx_add_null(e, "most_lab_vms_at_once");
+	jx_add_num(e, "joined_the_line", m->joined);
+	jx_add_num(e, "estimate_given", m->estimated);
+	cJSON *es = bench_stats_json(&m->abserr, 2, 0);
+	bench_jnum(es, "p95", m->err_p95, 2);
+	jx_put(e, "estimate_abs_error_s", es);
+	bench_jnum(e, "estimate_signed_error_median_s", m->signed_med, 2);
+	jx_add_num(e, "bound_checked", m->bound_checked);
+	jx_add_num(e, "bound_held", m->bound_held);
+	cJSON *arr = jx_add_arr(e, "students_detail");
+	for (int i = 0; i < n; i++) {
+		const struct student *s = &st[i];
+		cJSON *x = jx_obj();
+		jx_add_str(x, "user", s->user);
+		bench_jnum(x, "press_s", s->pressed - t0, 3);
+		bench_jnum(x, "hold_s", s->hold, 3);
+		bench_jnum(x, "wait_s", s->admitted - s->pressed, 3);
+		bench_jnum(x, "seen_after_admission_s", s->seen - s->admitted, 3);
+		jx_add_num(x, "presses", s->tries);
+		jx_add_bool(x, "joined", s->joined);
+		if (s->joined)
+			jx_add_num(x, "position", (double)s->position);
+		bench_jnum(x, "estimate_error_s", s->admitted - s->estimate, 3);
+		bench_jnum(x, "bound_minus_admission_s", s->bound - s->admitted, 3);
+		jx_add_str(x, "error", s->err[0] ? s->err : NULL);
+		jx_push(arr, x);
+	}
+	return e;
+}
+
+/* ------------------------------------------------------------- one run */
+
+static int run_mode(struct opts *o, const char *lesson, const struct hold *h, int line,
+                    struct msum *m, cJSON *modes)
+{
+	int n = o->students;
+	struct crun r;
+	struct student *st = xcalloc((size_t)n, sizeof *st);
+	pthread_t *th = xcalloc((size_t)n, sizeof *th);
+	pthread_t samp;
+	int have_samp;
+
+	memset(&r, 0, sizeof r);
+	r.o = o;
+	r.lesson = lesson;
+	r.line = line;
+	m->mode = line ? "line" : "retry";
+	m->shown = line ? "the line" : "retry-only";
+	pthread_barrier_init(&r.bar, NULL, (unsigned)n + 1);
+	for (int i = 0; i < n; i++) {
+		struct student *s = &st[i];
+		uint64_t x = (uint64_t)o->seed * 1000003ULL + (uint64_t)i;
+		s->r = &r;
+		s->i = i;
+		bench_user(o, i, s->user);
+		s->offset = rng_unit(&x) * o->spread_s;
+		s->hold = hold_draw(h, &x);
+		s->rng = x ^ 0x5eedULL;
+		s->pressed = s->admitted = s->seen = s->estimate = s->bound = NAN;
+		if (pthread_create(&th[i], NULL, student_thread, s) != 0) {
+			fprintf(stderr, "labvm-bench class: cannot start thread %d\n", i);
+			abort(); /* the barrier would never open */
+		}
+	}
+	r.sampling = 1;
+	have_samp = pthread_create(&samp, NULL, sampler, &r) == 0;
+	r.t0 = wall_s() + 1; /* set before the barrier opens: read after it */
+	pthread_barrier_wait(&r.bar);
+	double t_mono = util_mono_s();
+	struct progress p;
+	progress_start(&p, m->mode, 0, o->quiet);
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		char extra[64];
+		snprintf(extra, sizeof extra, "%d of %d students done", i + 1, n);
+		progress_show(&p, (size_t)(util_mono_s() - t_mono), extra, 0);
+	}
+	progress_end(&p);
+	r.sampling = 0;
+	if (have_samp)
+		pthread_join(samp, NULL);
+	pthread_barrier_destroy(&r.bar);
+	summarize(&r, st, n, m);
+	jx_push(modes, msum_json(m, st, n, r.t0));
+	printf("%s: %d of %d students got a lab (%d errors)%s%s, %.0f s\n", m->shown, m->got, n,
+	       m->errors, m->errors ? "; first: " : "", m->errors ? m->first_err : "",
+	       util_mono_s() - t_mono);
+	fflush(stdout);
+	free(st);
+	free(th);
+	return m->errors ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- the table */
+
+/* x with `digits` decimals (signed: a + for positives), or "-" */
+static void cell_num(char *out, double x, int digits, int sign)
+{
+	if (isfinite(x))
+		snprintf(out, 32, sign ? "%+.*f" : "%.*f", digits, x);
+	else
+		snprintf(out, 32, "-");
+}
+
+static void print_table(const struct msum *m, int nm, const struct opts *o)
+{
+	char c[2][32];
+	printf("\n  %-44s", "");
+	for (int k = 0; k < nm; k++)
+		printf(" %18s", m[k].shown);
+	printf("\n");
+#define ROW(label, ...)                                                                            \
+	do {                                                                                       \
+		printf("  %-44s", label);                                                          \
+		for (int k = 0; k < nm; k++) {                                                     \
+			__VA_ARGS__;                                                               \
+			printf(" %18s", c[k]);                                                     \
+		}                                                                                  \
+		printf("\n");                                                                      \
+	} while (0)
+	ROW("got a lab", snprintf(c[k], 32, "%d of %d", m[k].got, o->students));
+	ROW("wait for a lab p50 (s)", cell_num(c[k], m[k].wait.p50, 1, 0));
+	ROW("wait p90 (s)", cell_num(c[k], m[k].wait.p90, 1, 0));
+	ROW("wait p95 (s)", cell_num(c[k], m[k].wait_p95, 1, 0));
+	ROW("wait max (s)", cell_num(c[k], m[k].wait.max, 1, 0));
+	ROW("presses per student (mean)", cell_num(c[k], m[k].presses, 2, 0));
+	ROW("out-of-order admissions (pairs)",
+	    snprintf(c[k], 32, "%ld of %ld", m[k].inv, m[k].pairs));
+	ROW("out-of-order admissions (% of pairs)",
+	    cell_num(c[k], m[k].pairs ? 100.0 * (double)m[k].inv / (double)m[k].pairs : 0, 1, 0));
+	ROW("most lab VMs at once",
+	    m[k].most >= 0 ? snprintf(c[k], 32, "%ld", m[k].most) : snprintf(c[k], 32, "-"));
+	ROW("joined the line", snprintf(c[k], 32, "%d", m[k].joined));
+	ROW("estimate given on joining", snprintf(c[k], 32, "%d", m[k].estimated));
+	ROW("estimate error |admitted - estimate| p50 (s)", cell_num(c[k], m[k].abserr.p50, 1, 0));
+	ROW("estimate error p95 (s)", cell_num(c[k], m[k].err_p95, 1, 0));
+	ROW("estimate error, signed median (s)", cell_num(c[k], m[k].signed_med, 1, 1));
+	ROW("bound held (admitted <= no_later_than)",
+	    snprintf(c[k], 32, "%d of %d", m[k].bound_held, m[k].bound_checked));
+#undef ROW
+}
+
+/* ----------------------------------------------------------------- main */
+
+int cmd_class(struct opts *o)
+{
+	const char *lesson = o->lesson ? o->lesson : "linux-basics";
+	struct hold h;
+	int modes[2], nm = 0, rc = 0;
+	char hs[64];
+
+	if (!o->url) {
+		fprintf(stderr, "labvm-bench class: no --url (or LABVM_URL)\n");
+		return 2;
+	}
+	if (hold_parse(o->hold, &h) < 0)
+		return 2;
+	if (strcmp(o->mode, "both") == 0) {
+		modes[nm++] = 0;
+		modes[nm++] = 1;
+	} else if (strcmp(o->mode, "retry") == 0) {
+		modes[nm++] = 0;
+	} else if (strcmp(o->mode, "line") == 0) {
+		modes[nm++] = 1;
+	} else {
+		fprintf(stderr, "labvm-bench class: --mode %s: expected line, retry or both\n",
+		        o->mode);
+		return 2;
+	}
+	if (bench_users_load(o) < 0)
+		return 2;
+	if (o->students > bench_user_count(o)) {
+		fprintf(stderr, "labvm-bench class: --students %d but only %d users\n", o->students,
+		        bench_user_count(o));
+		return 2;
+	}
+	hold_describe(&h, hs, sizeof hs);
+	printf("labvm-bench class: %d students press Start (%s) within %g s, each keeps the lab "
+	       "%s, seed %d, against %s\n",
+	       o->students, lesson, o->spread_s, hs, o->seed, o->url);
+	if (o->capacity)
+		printf("seats: %d (expected)\n", o->capacity);
+	printf("retry-only: wait %s + 0-%g s, press again; the line: the place polled every %g s\n",
+	       o->retry_after_s > 0 ? "--retry-after" : "Retry-After", o->reaction_s,
+	       o->place_poll_s);
+	fflush(stdout);
+
+	cJSON *root = jx_obj(), *jm;
+	jx_add_str(root, "command", "class");
+	jx_add_str(root, "url", o->url);
+	jx_add_str(root, "lesson", lesson);
+	jx_add_num(root, "students", o->students);
+	if (o->capacity)
+		jx_add_num(root, "capacity", o->capacity);
+	else
+		jx_add_null(root, "capacity");
+	jx_add_str(root, "hold", o->hold);
+	jx_add_num(root, "spread_s", o->spread_s);
+	jx_add_num(root, "seed", o->seed);
+	jx_add_num(root, "poll_s", o->place_poll_s);
+	jx_add_num(root, "reaction_s", o->reaction_s);
+	if (o->retry_after_s > 0)
+		jx_add_num(root, "retry_after_s", o->retry_after_s);
+	else
+		jx_add_null(root, "retry_after_s");
+	jx_add_str(root, "wait",
+	           "press (the first POST) to admission (the session's created_at), s; "
+	           "percentiles by linear interpolation");
+	jx_add_str(root, "out_of_order",
+	           "pairs where the later press was admitted first, over all pairs of students "
+	           "who got a lab");
+	jx_add_str(root, "estimate_error", "admission - the estimate shown on joining, s");
+	jm = jx_add_arr(root, "modes");
+
+	struct msum m[2];
+	memset(m, 0, sizeof m);
+	for (int k = 0; k < nm && !bench_stop; k++)
+		if (run_mode(o, lesson, &h, modes[k], &m[k], jm) < 0)
+			rc = 1;
+	if (!bench_stop)
+		print_table(m, nm, o);
+	printf("\nwait = press -> admission (the session's created_at); out-of-order = pairs where "
+	       "the later\npress was admitted first (0: first come, first served); the estimate "
+	       "is the one shown\non joining the line. Students, front end, labvm.fcgi and the "
+	       "cluster share this\nmachine's cores.\n");
+	if (bench_write_figures(o, root) < 0)
+		rc = 1;
+	cJSON_Delete(root);
+	if (bench_stop)
+		rc = 130;
+	return rc;
+}
