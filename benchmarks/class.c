@@ -380,8 +380,10 @@ static void summarize(const struct crun *r, struct student *st, int n, struct ms
 		}
 	}
 	struct stats ss;
-	qsort(w.v, w.n, sizeof *w.v, stats_cmp_double);
-	qsort(ae.v, ae.n, sizeof *ae.v, stats_cmp_double);
+	if (w.n)
+		qsort(w.v, w.n, sizeof *w.v, stats_cmp_double);
+	if (ae.n)
+		qsort(ae.v, ae.n, sizeof *ae.v, stats_cmp_double);
 	m->wait_p95 = w.n ? stats_pct(w.v, w.n, 95) : NAN;
 	m->err_p95 = ae.n ? stats_pct(ae.v, ae.n, 95) : NAN;
 	stats_compute(w.v, w.n, &m->wait);
