@@ -541,6 +541,7 @@ static void print_table(const struct msum *m, int nm, const struct opts *o)
 	ROW("wait p90 (s)", cell_num(c[k], m[k].wait.p90, 1, 0));
 	ROW("wait p95 (s)", cell_num(c[k], m[k].wait_p95, 1, 0));
 	ROW("wait max (s)", cell_num(c[k], m[k].wait.max, 1, 0));
+	ROW("wait mean (s)", cell_num(c[k], m[k].wait.mean, 1, 0));
 	ROW("presses per student (mean)", cell_num(c[k], m[k].presses, 2, 0));
 	ROW("out-of-order admissions (pairs)",
 	    snprintf(c[k], 32, "%ld of %ld", m[k].inv, m[k].pairs));
