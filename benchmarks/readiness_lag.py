@@ -21,6 +21,7 @@ flag's mtime}). Both clocks are this host's (process guests share it; a
 QEMU guest syncs it from the host's RTC). Sessions run one after another,
 so each measures an idle system. Prints p50, p95, p99 (nearest rank)."""
 import argparse
+import math
 import datetime
 import http.client
 import json
@@ -41,7 +42,9 @@ def ts(s):
 
 def pct(xs, p):
     xs = sorted(xs)
-    k = max(0, min(len(xs) - 1, int(round(p / 100.0 * len(xs) + 0.5)) - 1))  # nearest rank
+    # nearest rank: the ceil(p/100 * n)-th smallest (p99 of 100 is the 99th,
+    # not the largest)
+    k = max(0, min(len(xs) - 1, math.ceil(p / 100.0 * len(xs) - 1e-9) - 1))
     return xs[k]
 
 
