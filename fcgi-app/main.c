@@ -61,6 +61,20 @@ static void log_request(const struct req *r, const struct labctx *x)
 	        x->agent.ms);
 }
 
+/* Read what is left of the request's stdin (a body the route did not
+ * want, or just its end record), at most STDIN_DRAIN_MAX bytes: 1 when it
+ * ended (the web server writes nothing more on this connection). */
+#define STDIN_DRAIN_MAX (1 << 20)
+static int stdin_drained(FCGX_Request *fr)
+{
+	char junk[4096];
+	long total = 0;
+	int n;
+	while (total <= STDIN_DRAIN_MAX && (n = FCGX_GetStr(junk, sizeof junk, fr->in)) > 0)
+		total += n;
+	return FCGX_HasSeenEOF(fr->in) == EOF && !FCGX_GetError(fr->in);
+}
+
 static void *worker(void *arg)
 {
 	struct labctx x;
@@ -96,11 +110,12 @@ static void *worker(void *arg)
 			fr = NULL;
 		} else {
 			/* on a unix socket the answer is delivered whatever happens
-			 * next: close at once instead of libfcgi's shutdown() and
-			 * read until the web server closes (a TCP RST guard that
-			 * held this worker for a round trip through the web
-			 * server's event loop per request) */
-			if (listen_unix)
+			 * next: once the web server has sent all it will send (the
+			 * request's stdin read to its end), close at once instead
+			 * of libfcgi's shutdown() and read until the web server
+			 * closes (a TCP RST guard that held this worker for a round
+			 * trip through the web server's event loop per request) */
+			if (listen_unix && stdin_drained(fr))
 				FCGX_Detach(fr);
 			FCGX_Finish_r(fr);
 			pool_after_request(
