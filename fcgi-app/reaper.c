@@ -469,8 +469,13 @@ int main(int argc, char **argv)
 		log_warn("lessons: %s; the warm pool is not kept this run", err);
 	else
 		have_lessons = 1;
-	if (labctx_init(&x, &cfg, &lessons) < 0)
+	if (labctx_init(&x, &cfg, &lessons) < 0) {
+		labctx_cleanup(&x);
+		lessons_free(&lessons);
+		cfg_free(&cfg);
+		curl_global_cleanup();
 		return 1;
+	}
 	/* the reaper's lock is session-level: a reaper frozen or cut off between
 	 * statements loses its connection (and the lock) after this long idle */
 	x.db.idle_session_timeout_s = 2 * cfg.kube_timeout_ms / 1000 + 30;

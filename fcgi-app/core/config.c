@@ -208,7 +208,7 @@ static int load_ticket_key(struct cfg *c, char *err, size_t errlen)
 	return 0;
 }
 
-int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen)
+static int load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen)
 {
 	FILE *f;
 	char line[4096];
@@ -265,6 +265,16 @@ int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t 
 	c->label.machine = xasprintf("%s/machine", c->label_prefix);
 	c->label.pool = xasprintf("%s/pool", c->label_prefix);
 	c->label.lesson_hash = xasprintf("%s/lesson-hash", c->label_prefix);
+	return 0;
+}
+
+/* On an error nothing is kept: what was set before it is freed. */
+int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen)
+{
+	if (load(path, c, needs, err, errlen) < 0) {
+		cfg_free(c);
+		return -1;
+	}
 	return 0;
 }
 

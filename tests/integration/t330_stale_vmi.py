@@ -25,7 +25,18 @@ def ready_lab(user):
     api = Api(user)
     s = api.start("test-hold").json
     # generous limits: a loaded machine (CI) may take long; nothing here is timed
-    wait_until(lambda: api.get(s["id"]).json["stage"] == "setting_up", 180, 0.2, "setting_up")
+    seen = []
+
+    def setting_up():
+        j = api.get(s["id"]).json
+        if not seen or seen[-1][:2] != (j.get("state"), j.get("stage")):
+            seen.append((j.get("state"), j.get("stage"), j.get("error")))
+        return j["stage"] == "setting_up"
+    try:
+        wait_until(setting_up, 180, 0.2, "setting_up")
+    except TimeoutError:
+        raise TimeoutError(f"{user}'s lab never reached setting_up: stages seen {seen}, "
+                           f"VMIs {[(v['metadata']['name'], v.get('status', {}).get('phase'), v.get('status', {}).get('interfaces')) for v in kube.list('virtualmachineinstances')]}") from None
     kube.guest_exec(s["vms"][0]["name"], "touch /root/go")
     api.wait_state(s["id"], "ready", 120)
     return api, s

@@ -4,8 +4,8 @@
 reaper, a failure, a VM that vanished, and an end while the bridge's database
 listener is down (it re-checks when the database is back); and the bridge's
 own close codes: 4429 (too many tabs), 4503 (database unavailable), 1008 (a
-tab that does not read). 1011 (out of memory) cannot be provoked from outside
-the bridge (it would need a fault-injection knob in console-bridge/).
+tab that does not read). 1011 (out of memory) is t525's (an LD_PRELOAD shim
+makes one of the bridge's allocations fail).
 
 Each case waits for the close with a generous limit and asserts the code and
 the reason; none of them times anything."""

@@ -299,10 +299,28 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
         return bool(self.proc) and self.proc.poll() is None and not self.stopped
 
     # -------------------------------------------------------------- nsenter
+    def _entered(self, timeout=10.0):
+        """Host pid of the guest's init once it runs inside its own root, or
+        GuestError. Until its setup has chrooted into the overlay, the init's
+        root is the host's: nothing may be entered then (a command would
+        write the host's file system), so wait for the chroot, briefly."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid = self._init()
+            if not pid or not self.alive():
+                raise GuestError("guest is not running")
+            try:
+                if os.readlink(f"/proc/{pid}/root") != "/" and \
+                        os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid"):
+                    return pid
+            except OSError:
+                raise GuestError("guest is not running") from None
+            if time.monotonic() > deadline:
+                raise GuestError("guest is still booting (its init has not entered its root)")
+            time.sleep(0.005)
+
     def _nsenter(self, argv, wd=None):
-        pid = self._init()
-        if not pid:
-            raise GuestError("guest is not running")
+        pid = self._entered()
         if wd and argv[:2] == ["/usr/bin/env", "-i"]:
             argv = argv[:2] + ["-C", wd] + argv[2:]   # chdir inside the guest's root
         return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w"] + \
@@ -332,7 +350,10 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
 
     # -------------------------------------------------------------- console
     def _autologin(self):
-        pid = self._init()
+        try:
+            pid = self._entered()
+        except GuestError:
+            return False
         d = f"/proc/{pid}/root{DROPIN_DIR}"
         try:
             for n in os.listdir(d):
@@ -363,8 +384,10 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
     def _bind_ttyS0(self, pts):
         """The console pty is the guest's /dev/ttyS0, as KubeVirt's serial
         console is (the agent's /tty-size sets its window size there)."""
-        pid = self._init()
-        if not pid:
+        try:
+            pid = self._entered()
+        except GuestError as e:
+            self.log(f"console: /dev/ttyS0: {e}")
             return
         r = subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "mount", "--bind", pts,
                             "/dev/ttyS0"], stdin=subprocess.DEVNULL, capture_output=True)

@@ -100,9 +100,10 @@ def free_port():
 
 
 class PrivateBridge:
-    """A labvm-console on its own port: the stack's labvm.conf with keys replaced."""
+    """A labvm-console on its own port: the stack's labvm.conf with keys replaced
+    (env: variables added to its environment)."""
 
-    def __init__(self, name, **overrides):
+    def __init__(self, name, env=None, **overrides):
         self.port = free_port()
         keys = dict(overrides, console_listen=f"127.0.0.1:{self.port}")
         self.conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
@@ -117,7 +118,8 @@ class PrivateBridge:
         self.logpath = os.path.join(os.environ["LABVM_STATE"], "logs", f"bridge-{name}.log")
         self.log = open(self.logpath, "ab")
         self.log_start = self.log.tell()
-        self.p = subprocess.Popen([exe], env=dict(os.environ, LABVM_CONF=self.conf.name),
+        self.p = subprocess.Popen([exe], env=dict(os.environ, **(env or {}),
+                                                  LABVM_CONF=self.conf.name),
                                   stdout=self.log, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60

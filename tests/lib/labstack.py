@@ -17,10 +17,24 @@ Ports: the demo uses the contract's fixed ports (simulator 6443, front end
 8080); tests use --port-base B: PostgreSQL B+432, simulator B+443, lighttpd
 B+80, Apache B+90, bridge B+682.
 
+Backend (--backend pod, LABVM_BACKEND=pod; `make demo BACKEND=pod`): the
+simulator runs the Pod of conf/k8s/labvm-backend.yaml as a network namespace
+of its own on the pod network (kubesim --backend-netns; an address of the pod
+CIDR, the Deployment's labels) and seeds conf/k8s/networkpolicy.yaml;
+labvm-console, the front end(s), labvm.fcgi and the reaper are started
+inside that namespace (nsenter --net), so they reach the guests as that Pod
+only. tests/lib/nsrelay.py relays, as `kubectl port-forward` does, the host's
+127.0.0.1 ports of the front ends and the bridge into the pod, and the pod's
+127.0.0.1 ports of PostgreSQL and the API server out to the host: labvm.conf
+is the same in both modes. Without it (the check's default) labvm's
+processes run in the host's namespaces and reach the pod network through the
+host's route, with the backend Pod's labels on the node address (.254).
+
 Guests: `process` (the simulator's default) or `qemu` (real VMs; the guest
 image is built first, logs/guest-image.log, about 80 s the first time and
 nothing when current, so the simulator itself starts at once).
 """
+import json
 import os
 import secrets
 import shutil
@@ -79,8 +93,12 @@ def port_free(port):
 class Stack:
     def __init__(self, state, port_base=18000, demo=False, profile="fast", guest="process",
                  frontend="both", environment=None, capacity=8, time_scale=None,
-                 bindir=None, reaper_every=0, extra_lessons=True, guest_net=None):
+                 bindir=None, reaper_every=0, extra_lessons=True, guest_net=None,
+                 backend=None):
         self.state = os.path.abspath(state)
+        self.backend = backend or os.environ.get("LABVM_BACKEND") or "host"
+        if self.backend not in ("host", "pod"):
+            raise StackError(f"--backend must be host or pod, not {self.backend!r}")
         self.demo = demo
         self.ports = ports_for(port_base, demo)
         self.profile = profile
@@ -123,7 +141,30 @@ class Stack:
     def path(self, *p):
         return os.path.join(self.state, *p)
 
+    # what runs inside the backend Pod's network namespace with --backend pod
+    IN_POD = ("console", "lighttpd", "apache-fcgi", "apache", "reaper")
+
+    def backend_pod(self):
+        """--backend pod: the simulator's STATE/kubesim/backend-pod.json (pid,
+        netns, ip, name, namespace), else None."""
+        if self.backend != "pod":
+            return None
+        try:
+            with open(self.path("kubesim", "backend-pod.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def netns(self):
+        b = self.backend_pod()
+        return b["netns"] if b else None
+
     def spawn(self, name, argv, env=None, cwd=None):
+        if name in self.IN_POD and self.backend == "pod":
+            ns = self.netns()
+            if not ns:
+                raise StackError("--backend pod: the simulator named no backend Pod")
+            argv = ["nsenter", f"--net={ns}", "--"] + list(argv)
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(self.pids, exist_ok=True)
         out = open(os.path.join(self.logs, f"{name}.log"), "ab")
@@ -260,8 +301,9 @@ class Stack:
         # that policy from the start (make demo BACKEND=pod)
         k8s = os.path.join(SRC, "conf", "k8s")
         argv += ["--backend-pod", os.path.join(k8s, "labvm-backend.yaml")]
-        if os.environ.get("LABVM_BACKEND") == "pod":
-            argv += ["--seed", os.path.join(k8s, "networkpolicy.yaml")]
+        if self.backend == "pod":
+            # ... in a network namespace of its own, where labvm's processes run
+            argv += ["--backend-netns", "--seed", os.path.join(k8s, "networkpolicy.yaml")]
         wait = 60
         if self.guest == "qemu":
             self.guest_image()
@@ -361,7 +403,7 @@ class Stack:
             log("labvm-console not built; the console is not started")
             return
         p = self.spawn("console", [exe], env={"LABVM_CONF": self.conf})
-        wait_tcp("127.0.0.1", self.ports["console"], 15, p, "labvm-console")
+        self.wait_tcp(self.ports["console"], 15, p, "labvm-console")
 
     def lighttpd_up(self):
         os.makedirs(self.path("run"), exist_ok=True)
@@ -371,7 +413,7 @@ class Stack:
         if r.returncode != 0:
             raise StackError(f"lighttpd config: {r.stderr.strip()}")
         p = self.spawn("lighttpd", ["lighttpd", "-D", "-f", conf])
-        wait_tcp("127.0.0.1", self.ports["lighttpd"], 15, p, "lighttpd")
+        self.wait_tcp(self.ports["lighttpd"], 15, p, "lighttpd")
 
     def apache_up(self):
         run = self.path("run", "apache")
@@ -393,7 +435,41 @@ class Stack:
         if r.returncode != 0:
             raise StackError(f"apache config: {r.stderr.strip()}")
         p = self.spawn("apache", ["apache2", "-f", conf, "-DFOREGROUND"])
-        wait_tcp("127.0.0.1", self.ports["apache"], 15, p, "apache")
+        self.wait_tcp(self.ports["apache"], 15, p, "apache")
+
+    def wait_tcp(self, port, timeout, proc, what):
+        """127.0.0.1:port listening where the service runs (inside the backend
+        Pod with --backend pod: the host's port is the relay's)."""
+        ns = self.netns()
+        if ns:
+            import nsrelay
+            return nsrelay.in_netns(ns, wait_tcp, "127.0.0.1", port, timeout, proc, what)
+        return wait_tcp("127.0.0.1", port, timeout, proc, what)
+
+    def relay_up(self):
+        """--backend pod: the relays between the host's loopback and the Pod's
+        (tests/lib/nsrelay.py): into the Pod the front ends and the bridge,
+        out of it PostgreSQL and the API server."""
+        b = self.backend_pod()
+        ready = self.path("run", "relay.ready")
+        os.makedirs(self.path("run"), exist_ok=True)
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [sys.executable, os.path.join(SRC, "tests", "lib", "nsrelay.py"),
+                "--netns", b["netns"], "--ready", ready]
+        for k in ("pg", "kube"):
+            argv += ["--reverse", str(self.ports[k])]
+        for k in sorted({self.ports[fe] for fe in self.frontends()} | {self.ports["console"]}):
+            argv += ["--forward", str(k)]
+        p = self.spawn("relay", argv)
+        deadline = time.monotonic() + 15
+        while not os.path.exists(ready):
+            if p.poll() is not None:
+                raise StackError(f"nsrelay exited with status {p.returncode}; see "
+                                 f"{self.logs}/relay.log")
+            if time.monotonic() > deadline:
+                raise StackError("nsrelay not ready after 15 s")
+            time.sleep(0.05)
 
     def reaper_up(self):
         exe = os.path.join(self.bindir, "labvm-reaper")
@@ -441,7 +517,13 @@ class Stack:
             "LABVM_CONSOLE_URL": f"ws://127.0.0.1:{self.ports['console']}",
             "LABVM_PASSWORD": PASSWORD,
             "LABVM_FRONTENDS": " ".join(self.frontends()),
+            "LABVM_BACKEND": self.backend,
         }
+        b = self.backend_pod()
+        if b:
+            env["LABVM_BACKEND_POD"] = f"{b['namespace']}/{b['name']}"
+            env["LABVM_BACKEND_POD_IP"] = b["ip"]
+            env["LABVM_BACKEND_NETNS"] = b["netns"]
         for fe in self.frontends():
             env[f"LABVM_{fe.upper()}_URL"] = self.url(fe)
         with open(self.path("env"), "w") as f:
@@ -462,6 +544,8 @@ class Stack:
         self.pg_up()
         self.kube_up()
         self.write_conf()
+        if self.backend == "pod":
+            self.relay_up()
         self.console_up()
         for fe in self.frontends():
             getattr(self, f"{fe}_up")()
@@ -471,13 +555,18 @@ class Stack:
         env = self.write_env()
         log(f"up in {time.monotonic() - t0:.1f}s: {env['LABVM_URL']} "
             f"(simulator {env['LABVM_KUBE_URL']}, profile {self.profile}, guests {self.guest})")
+        if b := self.backend_pod():
+            log(f"backend: labvm.fcgi, the front end and labvm-console run in Pod "
+                f"{b['namespace']}/{b['name']} at {b['ip']} (nsenter --net={b['netns']}); "
+                f"relays: {env['LABVM_URL']} into the Pod, PostgreSQL and the API out of it")
         return env
 
     def running_any(self):
         return os.path.isdir(self.pids) and any(self.running(n) for n in os.listdir(self.pids))
 
     def down(self):
-        for name in ("reaper", "apache", "apache-fcgi", "lighttpd", "console", "kubesim"):
+        for name in ("reaper", "apache", "apache-fcgi", "lighttpd", "console", "relay",
+                     "kubesim"):
             self.stop(name)
         self.pg_down()
         log(f"down: {self.state}")

@@ -161,7 +161,16 @@ class Sim:
         is the pod network's node-side address, the one the host's route to the
         pod network uses as its source: labvm's processes on this host then
         reach the guests as that Pod, with the Deployment's labels, and
-        NetworkPolicies treat them so (no node exemption for that address)."""
+        NetworkPolicies treat them so (no node exemption for that address).
+
+        With --backend-netns the Pod is a sandbox of its own instead, as a
+        real kubelet makes one: an address of the pod CIDR (IPAM, as any
+        pod's), a network namespace held by the simulator with eth0 on the
+        pod network (backend_sandbox(), once the controllers run, so that the
+        policies know the address before it is on the network), and the
+        node's address as hostIP. labvm's processes join that namespace
+        (tests/stack --backend pod); the host's .254 stays the node's, with
+        the node exemption the API documents."""
         import hashlib
         dep = next((d for d in load_docs(path) if d.get("kind") == "Deployment"), None)
         if dep is None:
@@ -178,6 +187,12 @@ class Sim:
         md = tmpl.get("metadata") or {}
         labels = dict(md.get("labels") or {}, **{"pod-template-hash": h})
         ip = self.podnet.node_ip if self.podnet else "127.0.0.1"
+        host_ip = ip
+        if getattr(self.args, "backend_netns", False):
+            if not self.podnet:
+                raise SystemExit("kubesim: --backend-netns needs the pod network")
+            ip = self.controllers.ipam.alloc()
+            host_ip = f"127.{self.guest_net[1]}.255.1"     # node-1's InternalIP
         now = util.now_rfc3339()
         spec = dict(tmpl.get("spec") or {}, nodeName="node-1")
         pod = {"apiVersion": "v1", "kind": "Pod",
@@ -186,7 +201,7 @@ class Sim:
                             "annotations": dict(md.get("annotations") or {})},
                "spec": spec,
                "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-                          "hostIP": ip, "startTime": now, "qosClass": "Burstable",
+                          "hostIP": host_ip, "startTime": now, "qosClass": "Burstable",
                           "conditions": [{"type": t, "status": "True",
                                           "lastTransitionTime": now}
                                          for t in ("Initialized", "Ready", "ContainersReady",
@@ -197,6 +212,32 @@ class Sim:
                                "state": {"running": {"startedAt": now}}}
                               for c in spec.get("containers") or []]}}
         self.seed(admin, pod)
+        if getattr(self.args, "backend_netns", False):
+            made = self.store.get("pods", ns, pod["metadata"]["name"])
+            self.controllers.ipam.ips[made["metadata"]["uid"]] = ip   # the address is taken
+            self.backend = {"name": pod["metadata"]["name"], "namespace": ns, "ip": ip}
+
+    def backend_sandbox(self):
+        """--backend-netns: the backend Pod's network namespace, held by a
+        process of the simulator (PR_SET_PDEATHSIG, as the guests'), with eth0
+        at the Pod's address; STATE/backend-pod.json names it for the
+        processes that join it. Run after the controllers started: attach()
+        waits until the NetworkPolicy chains know the address."""
+        b = getattr(self, "backend", None)
+        if not b:
+            return
+        holder = self.podnet._holder(["sleep", "infinity"])
+        self.podnet.wait_own_netns(holder.pid)
+        self.podnet.attach(holder.pid, b["ip"], owner=self)
+        self.backend_holder = holder
+        info = dict(b, pid=holder.pid, netns=f"/proc/{holder.pid}/ns/net",
+                    pod_cidr=str(self.podnet.net), node_ip=self.podnet.node_ip)
+        p = os.path.join(self.state_dir, "backend-pod.json")
+        with open(p + ".tmp", "w") as f:
+            json.dump(info, f)
+        os.replace(p + ".tmp", p)
+        self.log(f"backend Pod {b['namespace']}/{b['name']}: {b['ip']} in the network "
+                 f"namespace of PID {holder.pid}")
 
     def seed(self, admin, d):
         from resources import by_kind

@@ -34,6 +34,11 @@ def parse_args(argv):
                     help="run labvm's backend as the Pod of FILE's Deployment "
                          "(conf/k8s/labvm-backend.yaml): its address is the host's on the "
                          "pod network")
+    ap.add_argument("--backend-netns", action="store_true",
+                    help="with --backend-pod: the Pod has a network namespace of its own on "
+                         "the pod network (an address of the pod CIDR), held by the simulator; "
+                         "STATE/backend-pod.json says which (pid, netns, ip) for labvm's "
+                         "processes to join (tests/stack --backend pod)")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -59,6 +64,8 @@ def parse_args(argv):
     if a.rbac is None and not a.no_rbac:
         d = os.path.join(REPO, "conf", "k8s", "rbac.yaml")
         a.rbac = d if os.path.exists(d) else None
+    if a.backend_netns and not a.backend_pod:
+        ap.error("--backend-netns needs --backend-pod")
     if a.no_rbac:
         a.rbac = None
     if a.time_scale <= 0:
@@ -113,7 +120,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.state_dir, exist_ok=True)
     sd = os.path.abspath(args.state_dir)
-    for f in ("ready",):
+    for f in ("ready", "backend-pod.json"):
         try:
             os.unlink(os.path.join(sd, f))
         except FileNotFoundError:
@@ -141,6 +148,12 @@ def main(argv=None):
     except OSError as e:
         raise SystemExit(f"kubesim: cannot listen on {args.host}:{args.port}: {e}") from None
     sim.controllers.start()
+    try:
+        sim.backend_sandbox()
+    except Exception as e:  # noqa: BLE001
+        sim.controllers.stop_all()
+        sim.podnet.stop()
+        raise SystemExit(f"kubesim: the backend Pod's network: {e}") from None
 
     def health():
         while True:

@@ -3,6 +3,7 @@
 import http.client
 import ssl
 import socket
+import threading
 import time
 
 from simlib import SECRETS, VMS, Sim, secret, vm
@@ -51,12 +52,24 @@ def only_matching_requests():
 
 @t.test
 def delay():
-    fault(verb="get", resource="persistentvolumeclaims", delay_ms=400, times=1)
-    t0 = time.monotonic()
-    r = B.get("/api/v1/namespaces/labs/persistentvolumeclaims/golden-debian-12")
-    took = time.monotonic() - t0
-    t.eq(r.status, 200, "delay only: the request still succeeds")
-    t.ok(0.35 < took, f"delayed by at least the 400 ms ({took:.2f}s)")
+    pvc = "/api/v1/namespaces/labs/persistentvolumeclaims/golden-debian-12"
+    fault(verb="get", resource="persistentvolumeclaims", delay_ms=8000, times=1)
+    got = {}
+
+    def slow():
+        got["r"] = sim.client(sim.backend_token).get(pvc)
+    th = threading.Thread(target=slow, daemon=True)
+    th.start()
+    # the rule fired (used up, so removed) once the simulator matched the request
+    deadline = time.monotonic() + 60
+    while A.get("/_sim/faults").json["rules"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    t.eq(A.get("/_sim/faults").json["rules"], [], "the delayed request was matched")
+    # order, not time: a request made after it is answered while it still waits
+    t.eq(B.get(pvc).status, 200, "a later request is answered at once")
+    t.ok(th.is_alive() and "r" not in got, "... while the delayed one is still held")
+    th.join(120)
+    t.eq(got.get("r") and got["r"].status, 200, "delay only: the request then succeeds")
 
 
 @t.test

@@ -3,6 +3,7 @@
 root; deleting the VM kills them (timeout: 120)."""
 import base64
 import os
+import shutil
 import time
 import urllib.request
 
@@ -179,6 +180,39 @@ def inline_user_data_and_userData_key():
     wait_for(lambda: sim.exec("g-3", "test -e /root/inline")["exit_code"] == 0, 10, what="inline")
     wait_for(lambda: sim.exec("g-4", "test -e /root/camel")["exit_code"] == 0, 10, what="userData")
     t.ok(True, "both user-data sources run")
+
+
+@t.test(name="exec right after a guest starts runs inside it or is refused, never on the host "
+             "(the window before the guest's init has entered its own root)")
+def exec_before_chroot():
+    import sys
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from guests import GuestError, ProcessGuest
+    marks = []
+    for i in range(5):
+        wd = tempfile.mkdtemp(prefix="kubesim-early-")
+        g = ProcessGuest(f"early-{i}", wd, "#cloud-config\n", "127.0.0.1")
+        mark = f"/var/tmp/{MARK}-early-{i}"
+        marks.append(mark)
+        g.start()
+        try:
+            ran = None
+            for _ in range(200):
+                try:
+                    ran = g.exec(f"touch {mark} && echo in", timeout=10)
+                    break
+                except GuestError:
+                    time.sleep(0.01)
+            t.ok(ran is not None and ran[0] == 0 and ran[1] == b"in\n",
+                 f"guest {i}: the exec ran (once the guest was up)", ran)
+        finally:
+            g.stop()
+            shutil.rmtree(wd, ignore_errors=True)
+    escaped = [m for m in marks if os.path.exists(m)]
+    for m in escaped:
+        os.unlink(m)
+    t.eq(escaped, [], "no exec wrote to the host's file system")
 
 
 @t.test

@@ -116,5 +116,5 @@ def missing():
     A.delete(VMS + "/m2")
 
 
-t.done()
 sim.stop()
+t.done()

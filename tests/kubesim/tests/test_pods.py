@@ -180,22 +180,69 @@ def zero_capabilities_in_a_pod_but_root_in_a_vm():
          "the default set has no SYS_ADMIN")
 
 
+# the readiness probe keeps its own record in the container: 'p' for a pass,
+# 'f' for a failure; it fails while /tmp/fails holds a count above 0
+PROBE_SH = ("n=$(cat /tmp/fails 2>/dev/null || echo 0); if [ \"$n\" -gt 0 ]; then "
+            "echo $((n - 1)) > /tmp/fails; echo f >> /tmp/probes; exit 1; fi; "
+            "echo p >> /tmp/probes")
+
+
+def probe_record(name):
+    return sim.exec_pod(name, ["sh", "-c", "cat /tmp/probes 2>/dev/null; true"])[1].decode().split()
+
+
+def ready_in(obj):
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 @t.test
-def readiness_probe_timing():
-    probe = {"exec": {"command": ["test", "-e", "/tmp/r"]}, "initialDelaySeconds": 2,
-             "periodSeconds": 1, "failureThreshold": 2}
-    t.eq(B.post(PODS, lab_pod("p-probe", ["sh", "-c", "touch /tmp/r; exec sleep infinity"],
-                              probe)).status, 201)
-    wait_for(lambda: running("p-probe"), 15)
-    t0 = time.monotonic()
-    time.sleep(1.0)
-    t.ok(not ready("p-probe"), "not ready during initialDelaySeconds")
-    wait_for(lambda: ready("p-probe"), 10, what="ready after the initial delay")
-    t.ok(time.monotonic() - t0 >= 1.5, "ready only after the initial delay")
-    sim.exec_pod("p-probe", ["rm", "/tmp/r"])
-    time.sleep(1.2)
-    t.ok(ready("p-probe"), "one failure is below failureThreshold 2")
-    wait_for(lambda: not ready("p-probe"), 10, what="unready after two failures")
+def readiness_probe_delay_and_failure_threshold():
+    def probe(delay):
+        return {"exec": {"command": ["sh", "-c", PROBE_SH]}, "initialDelaySeconds": delay,
+                "periodSeconds": 1, "failureThreshold": 2}
+    # p-late runs first and so longer than p-probe, but its initial delay
+    # (an hour) is beyond this test: it must not be probed nor be ready
+    t.eq(B.post(PODS, lab_pod("p-late", ["sleep", "infinity"], probe(3600))).status, 201)
+    wait_for(lambda: running("p-late"), 30, what="p-late running")
+    t.eq(B.post(PODS, lab_pod("p-probe", ["sleep", "infinity"], probe(1))).status, 201)
+    wait_for(lambda: running("p-probe"), 30, what="p-probe running")
+    wait_for(lambda: ready("p-probe"), 60, what="p-probe ready")
+    t.ok("p" in probe_record("p-probe"), "p-probe ready once its probe passed",
+         probe_record("p-probe"))
+    t.ok(running("p-late") and not ready("p-late"),
+         "p-late: running, not ready before its initialDelaySeconds", pod("p-late")["status"])
+    t.eq(probe_record("p-late"), [], "p-late: not probed before its initialDelaySeconds")
+
+    # one failure, then passes: below failureThreshold 2, Ready never goes False
+    # (every change of the pod is seen through a watch, up to a sentinel)
+    n0 = len(probe_record("p-probe"))
+    rv = pod("p-probe")["metadata"]["resourceVersion"]
+    w = A.watch(PODS + f"?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3Dp-probe"
+                "&timeoutSeconds=600", timeout=120)
+    sim.exec_pod("p-probe", ["sh", "-c", "echo 1 > /tmp/fails"])
+    wait_for(lambda: "fpp" in "".join(probe_record("p-probe")[n0:]), 60, interval=0.2,
+             what="a failed probe, then two passes")
+    t.eq(A.patch(f"{PODS}/p-probe", {"metadata": {"annotations": {"t/sentinel": "1"}}}).status,
+         200, "the sentinel")
+    seen = []
+    while True:
+        e = w.next()
+        if e is None:
+            break
+        seen.append(ready_in(e["object"]))
+        if (e["object"]["metadata"].get("annotations") or {}).get("t/sentinel"):
+            break
+    w.close()
+    t.ok(seen and all(seen), "one failed probe (below failureThreshold 2): Ready stayed True",
+         seen)
+
+    # failures from now on: unready after two in a row, still Running
+    n1 = len(probe_record("p-probe"))
+    sim.exec_pod("p-probe", ["sh", "-c", "echo 1000000 > /tmp/fails"])
+    wait_for(lambda: not ready("p-probe"), 60, what="unready after two failures")
+    got = "".join(probe_record("p-probe")[n1:])
+    t.ok(len(got.split("p")[-1]) >= 2, "unready after two failed probes in a row", got)
     conds = {c["type"]: c for c in pod("p-probe")["status"]["conditions"]}
     t.eq(conds["Ready"].get("reason"), "ContainersNotReady", "reason")
     t.eq(pod("p-probe")["status"]["phase"], "Running", "still Running")

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""kubesim --backend-pod FILE --backend-netns: the backend Deployment's Pod
+as a sandbox of its own on the pod network (an address of the pod CIDR, a
+network namespace held by the simulator, named in STATE/backend-pod.json),
+policed by its labels like any pod; the node address is then the node's
+again (tests/integration/t195_backend_pod.py runs labvm inside it)."""
+import ipaddress
+import json
+import os
+import socket
+
+import nsrelay
+from simlib import NS, PODS, SRC, Sim, cloud_config, secret, vm, wait_for, wait_running
+from tap import T
+
+t = T()
+sim = Sim("--backend-pod", os.path.join(SRC, "conf", "k8s", "labvm-backend.yaml"),
+          "--backend-netns")
+A = sim.admin
+SEL = "app.kubernetes.io%2Fname%3Dlabvm-backend"
+SERVER = ("nohup python3 -c 'import http.server as h; h.HTTPServer((\"0.0.0.0\", 8899), "
+          "h.SimpleHTTPRequestHandler).serve_forever()' >/dev/null 2>&1 &")
+INFO = {}
+
+
+def connect(ip, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((ip, port))
+        return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    finally:
+        s.close()
+
+
+def from_pod(ip, port):
+    return nsrelay.in_netns(INFO["netns"], connect, ip, port)
+
+
+def setup():
+    with open(os.path.join(sim.dir, "backend-pod.json")) as f:
+        INFO.update(json.load(f))
+    c, o = A.post(f"/api/v1/namespaces/{NS}/secrets", secret("a", cloud_config([SERVER])))
+    assert c == 201, o
+    c, o = A.post(f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines",
+                  vm("a", "a", labels={"role": "a"}, disk="container"))
+    assert c == 201, o
+    wait_running(sim, "a", 20)
+    r = A.get(f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances/a")
+    INFO["a"] = r.json["status"]["interfaces"][0]["ipAddress"]
+    wait_for(lambda: connect(INFO["a"], 8899) == "open", 20, 0.1, "a's server")
+
+
+try:
+    setup()
+except BaseException:
+    sim.stop()
+    raise
+
+
+@t.test
+def the_pod_is_a_sandbox_of_its_own():
+    pods = A.get(f"{PODS}?labelSelector={SEL}").json["items"]
+    t.eq(len(pods), 1, "one backend Pod")
+    st = pods[0]["status"]
+    net = ipaddress.ip_network(INFO["pod_cidr"])
+    t.eq(st["podIP"], INFO["ip"], "status.podIP is the address backend-pod.json names")
+    t.ok(ipaddress.ip_address(st["podIP"]) in net and st["podIP"] != INFO["node_ip"],
+         "an address of the pod CIDR, not the node's", st)
+    node = A.get("/api/v1/nodes/node-1").json
+    t.eq(st["hostIP"], node["status"]["addresses"][0]["address"], "hostIP is node-1's")
+    t.eq(INFO["netns"], f"/proc/{INFO['pid']}/ns/net", "the netns is its holder's")
+    t.ok(os.readlink(INFO["netns"]) != os.readlink("/proc/self/ns/net"),
+         "a network namespace other than the host's")
+    addrs = nsrelay.in_netns(INFO["netns"], lambda: [n for _, n in socket.if_nameindex()])
+    t.eq(sorted(addrs), ["eth0", "lo"], "lo and eth0 only")
+    t.ok(st["podIP"] != INFO["a"], "not a guest's address")
+
+
+@t.test
+def policed_by_its_labels():
+    c, o = A.post(f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies", {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "from-backend", "namespace": NS},
+        "spec": {"podSelector": {"matchLabels": {"role": "a"}}, "ingress": [{
+            "from": [{"podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "labvm-backend"}}}],
+            "ports": [{"port": 8899}]}]}})
+    t.eq(c, 201, "the policy is created", o)
+    a = INFO["a"]
+    t.eq(wait_for(lambda: from_pod(a, 8899) == "open" and "open", 10, 0.1,
+                  "the Pod admitted"), "open", "the Pod reaches a:8899")
+    name = A.get(f"{PODS}?labelSelector={SEL}").json["items"][0]["metadata"]["name"]
+    r = A.patch(f"{PODS}/{name}", {"metadata": {"labels": {"app.kubernetes.io/name": "x"}}})
+    t.eq(r.status, 200, "relabelled", r.json)
+    t.eq(wait_for(lambda: from_pod(a, 8899) == "refused" and "refused", 10, 0.1,
+                  "the Pod refused"), "refused", "relabelled, the Pod is refused")
+    t.eq(connect(a, 8899), "open", "the node (the host's .254) is not the Pod: still allowed")
+    r = A.patch(f"{PODS}/{name}", {"metadata": {"labels": {
+        "app.kubernetes.io/name": "labvm-backend"}}})
+    t.eq(r.status, 200, "labels restored", r.json)
+    t.eq(wait_for(lambda: from_pod(a, 8899) == "open" and "open", 10, 0.1,
+                  "the Pod admitted again"), "open", "admitted again")
+
+
+sim.stop()
+t.done()
