@@ -57,6 +57,8 @@
  *                 close; events opened/data/drained/closed), one per kind:
  *   upstream_kubevirt.c   the VMI console (plain.kubevirt.io)
  *   upstream_podexec.c    a Pod's exec stream (v5/v4.channel.k8s.io)
+ *   upstream_lws.c        what the kinds share: the lws client, token,
+ *                         flow control, close
  *   kubeapi.c     the API server's address and the rotating bearer token
  *   bytequeue.c   the chunked byte queue and the replay ring (unit tested)
  *   db.c          the database worker thread

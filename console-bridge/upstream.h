@@ -3,7 +3,8 @@
  * care how that console is reached or framed.
  *
  * A kind provides a const struct upstream_ops and its lws client protocol
- * (registered in main.c's client_protocols). Today there is one:
+ * (registered in main.c's client_protocols), usually on top of
+ * upstream_lws.h (the lws client side both kinds share). Today there are two:
  *
  *   upstream_kubevirt_console   the VMI "console" subresource, subprotocol
  *                               plain.kubevirt.io: raw bytes in binary frames

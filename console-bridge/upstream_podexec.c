@@ -17,12 +17,10 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#include <openssl/ssl.h>
 
 #include "bridge.h"
-#include "bytequeue.h"
 #include "log.h"
-#include "upstream.h"
+#include "upstream_lws.h"
 
 #define EXEC_PROTOS "v5.channel.k8s.io,v4.channel.k8s.io"
 #define TX_MAX      16384 /* stdin bytes per message */
@@ -35,34 +33,22 @@
 	"l%3B%20elif%20%5B%20-x%20%2Fbin%2Fbash%20%5D%3B%20then%20exec%20%2Fbin%2Fbash%20-l%3B%"   \
 	"20else%20exec%20%2Fbin%2Fsh%20-l%3B%20fi"
 
-enum px_state { PX_CONNECTING = 0, PX_OPEN, PX_CLOSING };
 enum { CH_STDIN = 0, CH_STDOUT = 1, CH_STDERR = 2, CH_ERROR = 3, CH_RESIZE = 4, CH_CLOSE = 255 };
 
 struct upstream {
-	struct lws *wsi;
-	enum px_state state;
-	const struct upstream_events *ev;
-	void *owner;
-	struct bq out; /* terminal input, to stdin */
-	int rx_paused, want_pause, going_away;
-	int opening, open_failed;
-	int v5;         /* negotiated v5.channel.k8s.io */
-	int ch;         /* channel of the message being received */
-	int resize;     /* a size is waiting to be sent */
-	int cols, rows; /* the last size */
+	struct upstream_lws l; /* first (upstream_lws.h); l.why: the Status's words */
+	int v5;                /* negotiated v5.channel.k8s.io */
+	int ch;                /* channel of the message being received */
+	int resize;            /* a size is waiting to be sent */
+	int cols, rows;        /* the last size */
 	char status[STATUS_MAX + 1];
 	size_t status_len;
-	char why[160];
-	char sid[37];
 	unsigned char tx[LWS_PRE + 1 + TX_MAX];
 };
-
-static lws_retry_bo_t px_retry;
 
 static struct upstream *px_open(const char *sid, const char *pod, const struct upstream_events *ev,
                                 void *owner)
 {
-	struct lws_client_connect_info i;
 	char path[1024];
 
 	if (kubeapi_load_token(&B->kube) < 0)
@@ -75,30 +61,9 @@ static struct upstream *px_open(const char *sid, const char *pod, const struct u
 	struct upstream *u = calloc(1, sizeof *u);
 	if (!u)
 		return NULL;
-	u->ev = ev;
-	u->owner = owner;
-	snprintf(u->sid, sizeof u->sid, "%s", sid);
-	px_retry.secs_since_valid_ping = (uint16_t)B->cfg.console_ping_s;
-	px_retry.secs_since_valid_hangup = (uint16_t)(B->cfg.console_ping_s * 3);
-
-	memset(&i, 0, sizeof i);
-	i.context = B->ctx;
-	i.vhost = B->up_vhost;
-	i.address = B->kube.host;
-	i.port = B->kube.port;
-	i.path = path;
-	i.host = B->kube.host;
-	i.origin = B->kube.host;
-	i.ssl_connection = LCCSCF_USE_SSL; /* verified against kube_ca_file */
-	i.protocol = EXEC_PROTOS;          /* the server picks; v5 first */
-	i.local_protocol_name = UPSTREAM_PODEXEC_LOCAL;
-	i.opaque_user_data = u;
-	i.retry_and_idle_policy = &px_retry;
-
-	u->opening = 1;
-	u->wsi = lws_client_connect_via_info(&i);
-	u->opening = 0;
-	if (!u->wsi || u->open_failed) {
+	ul_init(&u->l, sid, "exec", ev, owner);
+	/* the server picks; v5 first */
+	if (ul_connect(&u->l, path, EXEC_PROTOS, UPSTREAM_PODEXEC_LOCAL) < 0) {
 		free(u);
 		return NULL;
 	}
@@ -108,43 +73,22 @@ static struct upstream *px_open(const char *sid, const char *pod, const struct u
 
 static int px_write(struct upstream *u, const void *p, size_t n)
 {
-	if (bq_append(&u->out, p, n, 0) < 0)
-		return -1;
-	if (u->state == PX_OPEN)
-		lws_callback_on_writable(u->wsi);
-	return 0;
+	return ul_write(&u->l, p, n);
 }
 
 static size_t px_queued(const struct upstream *u)
 {
-	return u->out.bytes;
+	return ul_queued(&u->l);
 }
 
 static void px_rx(struct upstream *u, int enable)
 {
-	if (enable) {
-		u->want_pause = 0;
-		if (u->rx_paused) {
-			lws_rx_flow_control(u->wsi, 1);
-			u->rx_paused = 0;
-		}
-	} else if (!u->rx_paused) {
-		u->want_pause = 1; /* from the next writeable (upstream.h) */
-		lws_callback_on_writable(u->wsi);
-	}
+	ul_rx(&u->l, enable);
 }
 
 static void px_close(struct upstream *u, int going_away)
 {
-	if (u->state == PX_OPEN) {
-		u->state = PX_CLOSING;
-		u->going_away = going_away;
-		lws_set_timeout(u->wsi, PENDING_TIMEOUT_CLOSE_SEND, 3);
-		lws_callback_on_writable(u->wsi);
-	} else if (u->state != PX_CLOSING) {
-		u->state = PX_CLOSING;
-		lws_set_timeout(u->wsi, PENDING_TIMEOUT_KILLED_BY_PARENT, LWS_TO_KILL_ASYNC);
-	}
+	ul_close(&u->l, going_away);
 }
 
 static int px_resize(struct upstream *u, int cols, int rows)
@@ -152,8 +96,7 @@ static int px_resize(struct upstream *u, int cols, int rows)
 	u->cols = cols;
 	u->rows = rows;
 	u->resize = 1;
-	if (u->state == PX_OPEN)
-		lws_callback_on_writable(u->wsi);
+	ul_want_write(&u->l);
 	return 0;
 }
 
@@ -166,20 +109,6 @@ const struct upstream_ops upstream_pod_exec = {
     .close = px_close,
     .resize = px_resize,
 };
-
-static void gone(struct lws *wsi, struct upstream *u, const char *why)
-{
-	if (!u)
-		return;
-	lws_set_opaque_user_data(wsi, NULL);
-	if (u->opening) {
-		u->open_failed = 1;
-		return;
-	}
-	u->ev->closed(u->owner, u->why[0] ? u->why : why);
-	bq_clear(&u->out);
-	free(u);
-}
 
 /* The error channel's Status: Success, or NonZeroExitCode with the code. */
 static void px_status(struct upstream *u)
@@ -202,12 +131,12 @@ static void px_status(struct upstream *u)
 			code = m->valuestring;
 	}
 	if (cJSON_IsString(st) && strcmp(st->valuestring, "Success") == 0)
-		snprintf(u->why, sizeof u->why, "the shell exited");
+		snprintf(u->l.why, sizeof u->l.why, "the shell exited");
 	else if (cJSON_IsString(reason) && strcmp(reason->valuestring, "NonZeroExitCode") == 0 &&
 	         code)
-		snprintf(u->why, sizeof u->why, "the shell exited with code %.8s", code);
+		snprintf(u->l.why, sizeof u->l.why, "the shell exited with code %.8s", code);
 	else
-		snprintf(u->why, sizeof u->why, "exec ended: %.120s",
+		snprintf(u->l.why, sizeof u->l.why, "exec ended: %.120s",
 		         cJSON_IsString(msg) ? msg->valuestring : "unknown status");
 	cJSON_Delete(o);
 }
@@ -227,7 +156,7 @@ static void px_receive(struct lws *wsi, struct upstream *u, const unsigned char 
 	case CH_STDOUT:
 	case CH_STDERR:
 		if (n)
-			u->ev->data(u->owner, p, n);
+			u->l.ev->data(u->l.owner, p, n);
 		break;
 	case CH_ERROR:
 		if (n > STATUS_MAX - u->status_len)
@@ -247,20 +176,8 @@ static int px_writeable(struct lws *wsi, struct upstream *u)
 	unsigned char *p;
 	int is_text;
 
-	if (!u || u->state == PX_CLOSING) {
-		static const char bye[] = "console closed";
-		lws_close_reason(
-		    wsi, u && u->going_away ? LWS_CLOSE_STATUS_GOINGAWAY : LWS_CLOSE_STATUS_NORMAL,
-		    (unsigned char *)bye, sizeof bye - 1);
+	if (ul_writeable_begin(wsi, u ? &u->l : NULL) < 0)
 		return -1;
-	}
-	if (u->want_pause) {
-		u->want_pause = 0;
-		if (!u->rx_paused) {
-			lws_rx_flow_control(wsi, 0);
-			u->rx_paused = 1;
-		}
-	}
 	unsigned char *b = u->tx + LWS_PRE;
 	if (u->resize) {
 		u->resize = 0;
@@ -269,11 +186,11 @@ static int px_writeable(struct lws *wsi, struct upstream *u)
 		                 u->rows);
 		if (lws_write(wsi, b, (size_t)m + 1, LWS_WRITE_BINARY) < m + 1)
 			return -1;
-		if (u->out.head)
+		if (u->l.out.head)
 			lws_callback_on_writable(wsi);
 		return 0;
 	}
-	size_t n = bq_peek(&u->out, &p, &is_text);
+	size_t n = bq_peek(&u->l.out, &p, &is_text);
 	if (!n)
 		return 0;
 	if (n > TX_MAX)
@@ -282,10 +199,7 @@ static int px_writeable(struct lws *wsi, struct upstream *u)
 	memcpy(b + 1, p, n);
 	if (lws_write(wsi, b, n + 1, LWS_WRITE_BINARY) < (int)n + 1)
 		return -1;
-	bq_consume(&u->out, n);
-	u->ev->drained(u->owner, u->out.bytes);
-	if (u->out.head)
-		lws_callback_on_writable(wsi);
+	ul_sent(wsi, &u->l, n);
 	return 0;
 }
 
@@ -295,40 +209,21 @@ int upstream_podexec_callback(struct lws *wsi, enum lws_callback_reasons reason,
 	struct upstream *u = lws_get_opaque_user_data(wsi);
 
 	switch (reason) {
-	case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
-		if (user)
-			SSL_CTX_set_mode((SSL_CTX *)user, SSL_MODE_RELEASE_BUFFERS);
-		return 0;
-
-	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
-		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
-		const char *bearer = B->kube.bearer;
-		if (!bearer)
-			return -1;
-		if (lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
-		                                 (const unsigned char *)bearer, (int)strlen(bearer),
-		                                 p, end))
-			return -1;
-		return 0;
-	}
-
 	case LWS_CALLBACK_CLIENT_ESTABLISHED: {
 		char proto[40] = "";
-		if (!u || u->state == PX_CLOSING)
+		if (ul_established(wsi, u ? &u->l : NULL) < 0)
 			return -1;
-		u->wsi = wsi;
-		u->state = PX_OPEN;
 		if (lws_hdr_copy(wsi, proto, sizeof proto, WSI_TOKEN_PROTOCOL) > 0)
 			u->v5 = strcmp(proto, "v5.channel.k8s.io") == 0;
-		log_info("session %s: exec stream open (%s)", u->sid, proto[0] ? proto : "?");
-		u->ev->opened(u->owner);
-		if (u->out.bytes || u->resize)
+		log_info("session %s: exec stream open (%s)", u->l.sid, proto[0] ? proto : "?");
+		u->l.ev->opened(u->l.owner);
+		if (u->l.out.bytes || u->resize)
 			lws_callback_on_writable(wsi);
 		return 0;
 	}
 
 	case LWS_CALLBACK_CLIENT_RECEIVE:
-		if (!u || u->state == PX_CLOSING)
+		if (!u || u->l.state == UL_CLOSING)
 			return 0;
 		px_receive(wsi, u, in, len);
 		return 0;
@@ -336,35 +231,7 @@ int upstream_podexec_callback(struct lws *wsi, enum lws_callback_reasons reason,
 	case LWS_CALLBACK_CLIENT_WRITEABLE:
 		return px_writeable(wsi, u);
 
-	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-		if (u && !u->why[0] && len >= 2) {
-			const unsigned char *b = in;
-			int code = b[0] << 8 | b[1];
-			snprintf(u->why, sizeof u->why, "closed by the API server (%d%s%.*s)", code,
-			         len > 2 ? ": " : "", (int)(len > 60 ? 58 : len - 2),
-			         (const char *)b + 2);
-		}
-		return 0;
-
-	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR: {
-		char why[96];
-		int status = lws_http_client_http_response(wsi);
-		if (status > 0 && status != 101)
-			snprintf(why, sizeof why, "the API server answered HTTP %d", status);
-		else
-			snprintf(why, sizeof why, "%s", in ? (const char *)in : "connection error");
-		if (u)
-			log_warn("session %s: upstream exec: %s", u->sid, why);
-		gone(wsi, u, why);
-		return 0;
-	}
-
-	case LWS_CALLBACK_CLIENT_CLOSED:
-		gone(wsi, u, "closed by the API server");
-		return 0;
-
 	default:
-		break;
+		return ul_callback(wsi, reason, user, in, len);
 	}
-	return lws_callback_http_dummy(wsi, reason, user, in, len);
 }

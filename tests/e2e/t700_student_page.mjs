@@ -19,139 +19,32 @@
  * Screenshots go to tests/e2e/artifacts/ (git-ignored). Sessions started
  * here are ended before the suite exits; the simulator's profile is restored.
  */
-import { chromium } from 'playwright-core';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  ENV, PASSWORD, Scenario, api, assert, diag, done, endOpenSession, launch, report, sim, tap, termText,
+  typeInTerminal, waitFor, waitTerm, watchPage,
+} from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SRC = process.env.LABVM_SRC || path.resolve(HERE, '..', '..');
 const ART = path.join(HERE, 'artifacts');
-const ENV = process.env;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'debian-golden';          // grader: README present, hello.txt says hello
 const SLOW = 20;                         // simulator time scale while watching the stages
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 const FRONTENDS = [
   { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || (ENV.LABVM_APACHE_URL ? null : ENV.LABVM_URL), users: ['student71', 'student72', 'student73'], portOffset: 700 },
   { name: 'apache', url: ENV.LABVM_APACHE_URL, users: ['student74', 'student75', 'student76'], portOffset: 710 },
 ];
 
-/* ------------------------------------------------------------------ TAP */
-let tapN = 0;
-let tapFailed = 0;
-
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
-}
-
-function diag(msg) {
-  for (const l of String(msg).split('\n')) console.log(`# ${l}`);
-}
-
-function assert(cond, what, detail) {
-  if (!cond) throw new Error(what + (detail !== undefined ? `: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}` : ''));
-}
-
-/* Steps of one scenario run in order; a step that depends on an earlier
- * failed one is reported as failed without running. */
-class Scenario {
-  constructor(fe) {
-    this.fe = fe;
-    this.broken = null;
-  }
-
-  async step(name, fn, { independent = false } = {}) {
-    const full = `${this.fe}: ${name}`;
-    if (this.broken && !independent) {
-      report(false, full, `not run: it needs "${this.broken}", which failed`);
-      return;
-    }
-    const t0 = Date.now();
-    try {
-      await fn();
-      const s = (Date.now() - t0) / 1000;
-      report(true, full + (s >= 1 ? ` (${s.toFixed(1)}s)` : ''));
-    } catch (e) {
-      report(false, full, e && e.stack ? e.stack : String(e));
-      if (!independent) this.broken = name;
-    }
-  }
-}
-
 /* ---------------------------------------------------------------- helpers */
-const basic = (user) => 'Basic ' + Buffer.from(`${user}:${PASSWORD}`).toString('base64');
-
-async function api(base, user, method, p, body, headers = {}) {
-  const h = { Accept: 'application/json', ...headers };
-  if (user) h.Authorization = basic(user);
-  const opt = { method, headers: h };
-  if (body !== undefined) {
-    h['Content-Type'] = 'application/json';
-    opt.body = JSON.stringify(body);
-  }
-  const r = await fetch(base + p, opt);
-  const text = await r.text();
-  let data = null;
-  try { data = JSON.parse(text); } catch (e) { data = null; }
-  return { status: r.status, data, text, headers: r.headers };
-}
-
-async function endOpenSession(base, user) {
-  const r = await api(base, user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(base, user, 'DELETE', `/api/sessions/${r.data.id}`);
-}
-
-async function waitFor(fn, timeoutMs, what, intervalMs = 200) {
-  const end = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() > end) throw new Error(`${what}: not reached within ${timeoutMs / 1000}s (last: ${JSON.stringify(last)})`);
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
-}
-
 function sql(q) {
   const r = spawnSync('psql', [ENV.LABVM_DATABASE, '-XAtc', q], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`psql: ${r.stderr}`);
   return r.stdout.trim();
-}
-
-/* The simulator's admin API (HTTPS, admin token). */
-function sim(method, p, body) {
-  const url = new URL(ENV.LABVM_KUBE_URL);
-  const token = fs.readFileSync(ENV.LABVM_KUBE_ADMIN_TOKEN_FILE, 'utf8').trim();
-  const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: url.hostname, port: url.port, path: p, method, ca: fs.readFileSync(ENV.LABVM_KUBE_CA),
-      headers: { Authorization: `Bearer ${token}`, Accept: 'application/json',
-        ...(data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {}) },
-    }, (res) => {
-      let buf = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => { buf += c; });
-      res.on('end', () => {
-        let j = null;
-        try { j = JSON.parse(buf); } catch (e) { j = null; }
-        resolve({ status: res.statusCode, data: j });
-      });
-    });
-    req.on('error', reject);
-    req.setTimeout(15000, () => req.destroy(new Error('simulator request timed out')));
-    if (data) req.write(data);
-    req.end();
-  });
 }
 
 async function labVms(selector) {
@@ -231,30 +124,6 @@ async function pageState(p) {
 
 /* The page's own view of things. */
 const view = (page) => page.getAttribute('#app', 'data-view');
-const termText = (page) => page.evaluate(() => {
-  const rows = document.querySelector('#terminal .xterm-rows');
-  return rows ? rows.textContent : '';
-});
-async function waitTerm(page, needle, timeout = 15000) {
-  await page.waitForFunction((n) => {
-    const rows = document.querySelector('#terminal .xterm-rows');
-    return rows && rows.textContent.includes(n);
-  }, needle, { timeout });
-}
-async function typeInTerminal(page, text) {
-  await page.click('#terminal');
-  await page.keyboard.type(text);
-  await page.keyboard.press('Enter');
-}
-
-function watchPage(page, problems) {
-  page.on('pageerror', (e) => problems.push(`script error: ${e.message}`));
-  page.on('console', (m) => {
-    // failed fetches (404 no_session, 409, 503) are logged by Chromium itself
-    if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) problems.push(`console error: ${m.text()}`);
-  });
-}
-
 async function newContext(browser, user, extra = {}) {
   const ctx = await browser.newContext({
     httpCredentials: { username: user, password: PASSWORD },
@@ -649,7 +518,7 @@ for (const sig of ['SIGTERM', 'SIGINT']) {
       'if r.status == 200: a.end(r.json["id"])').join('\n')).join('\n');
     spawnSync('/usr/bin/python3', ['-c', `from labclient import Api\n${ends}`],
       { env: { ...ENV, PYTHONPATH: path.join(SRC, 'tests', 'lib') }, timeout: 20000 });
-    console.log(`not ok ${tapN + 1} - interrupted by ${sig}`);
+    console.log(`not ok ${tap.n + 1} - interrupted by ${sig}`);
     process.exit(1);
   });
 }
@@ -659,7 +528,7 @@ async function main() {
   const cleanups = [];
   let browser = null;
   try {
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+    browser = await launch();
     for (const fe of FRONTENDS) {
       if (!fe.url) {
         report(true, `${fe.name}: the whole scenario # SKIP no ${fe.name} front end in this stack`);
@@ -673,8 +542,7 @@ async function main() {
     for (const c of cleanups) await c().catch((e) => diag(`cleanup: ${e}`));
     if (browser) await browser.close();
   }
-  console.log(`1..${tapN}`);
-  process.exit(tapFailed ? 1 : 0);
+  done();
 }
 
 await main();

@@ -8,20 +8,16 @@
  * end's own 401, a network error, an answer that is not JSON (the generic
  * fallback), and a code the page does not know.
  */
-import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
 import vm from 'node:vm';
 import { fileURLToPath } from 'node:url';
+import { ENV, PASSWORD, done, launch, report } from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SRC = process.env.LABVM_SRC || path.resolve(HERE, '..', '..');
-const ENV = process.env;
 const BASE = ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'linux-basics';
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 // every code labvm.fcgi answers with (grep -r 'resp_error' fcgi-app; the guest
 // agent's own codes never reach the page),
@@ -44,15 +40,6 @@ function text(lang, key, vars) {
   let s = (TEXTS[lang] && TEXTS[lang][key]) || TEXTS.en[key] || key;
   if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m));
   return s;
-}
-
-let tapN = 0;
-let tapFailed = 0;
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
 }
 
 /* What the page must say for one injected answer, in lang. */
@@ -150,7 +137,7 @@ for (const [, code] of CODES.filter(([, c]) => TEXTS.en['error.' + c])) {
 }
 let browser = null;
 try {
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+  browser = await launch();
   await run(browser, 'en', 'en-US', 'student77');
   await run(browser, 'ja', 'ja-JP', 'student78');
 } catch (e) {
@@ -158,5 +145,4 @@ try {
 } finally {
   if (browser) await browser.close();
 }
-console.log(`1..${tapN}`);
-process.exit(tapFailed ? 1 : 0);
+done();

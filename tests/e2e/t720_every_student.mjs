@@ -21,119 +21,27 @@
  * Sessions started here are ended before the suite exits; the simulator's
  * profile is restored.
  */
-import { chromium } from 'playwright-core';
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
+import {
+  ENV, PASSWORD, Scenario, api, assert, diag, done, endOpenSession, launch, report, sim, tap, waitTerm,
+  watchPage,
+} from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ART = path.join(HERE, 'artifacts');
-const ENV = process.env;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'debian-golden';          // grader: README present, hello.txt says hello
 const SLOW = 20;                         // simulator time scale while the starting view is checked
 const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const FRONTENDS = [
   { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || (ENV.LABVM_APACHE_URL ? null : ENV.LABVM_URL), full: true },
   { name: 'apache', url: ENV.LABVM_APACHE_URL, full: false },
 ];
 const USERS = { keyboard: 'student91', phone: 'student92', delivery: 'student93' };
 
-/* ------------------------------------------------------------------ TAP */
-let tapN = 0;
-let tapFailed = 0;
-
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
-}
-
-function diag(msg) {
-  for (const l of String(msg).split('\n')) console.log(`# ${l}`);
-}
-
-function assert(cond, what, detail) {
-  if (!cond) throw new Error(what + (detail !== undefined ? `: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}` : ''));
-}
-
-class Scenario {
-  constructor(name) {
-    this.name = name;
-    this.broken = null;
-  }
-
-  async step(name, fn, { independent = false } = {}) {
-    const full = `${this.name}: ${name}`;
-    if (this.broken && !independent) {
-      report(false, full, `not run: it needs "${this.broken}", which failed`);
-      return;
-    }
-    const t0 = Date.now();
-    try {
-      await fn();
-      const s = (Date.now() - t0) / 1000;
-      report(true, full + (s >= 1 ? ` (${s.toFixed(1)}s)` : ''));
-    } catch (e) {
-      report(false, full, e && e.stack ? e.stack : String(e));
-      if (!independent) this.broken = name;
-    }
-  }
-}
-
 /* ---------------------------------------------------------------- helpers */
-const basic = (user) => 'Basic ' + Buffer.from(`${user}:${PASSWORD}`).toString('base64');
-
-async function api(base, user, method, p) {
-  const r = await fetch(base + p, { method, headers: { Accept: 'application/json', Authorization: basic(user) } });
-  let data = null;
-  try { data = await r.json(); } catch (e) { data = null; }
-  return { status: r.status, data };
-}
-
-async function endOpenSession(base, user) {
-  const r = await api(base, user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(base, user, 'DELETE', `/api/sessions/${r.data.id}`);
-}
-
-function sim(method, p, body) {
-  const url = new URL(ENV.LABVM_KUBE_URL);
-  const token = fs.readFileSync(ENV.LABVM_KUBE_ADMIN_TOKEN_FILE, 'utf8').trim();
-  const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: url.hostname, port: url.port, path: p, method, ca: fs.readFileSync(ENV.LABVM_KUBE_CA),
-      headers: { Authorization: `Bearer ${token}`, Accept: 'application/json',
-        ...(data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {}) },
-    }, (res) => {
-      let buf = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => { buf += c; });
-      res.on('end', () => {
-        let j = null;
-        try { j = JSON.parse(buf); } catch (e) { j = null; }
-        resolve({ status: res.statusCode, data: j });
-      });
-    });
-    req.on('error', reject);
-    req.setTimeout(15000, () => req.destroy(new Error('simulator request timed out')));
-    if (data) req.write(data);
-    req.end();
-  });
-}
-
-function watchPage(page, problems) {
-  page.on('pageerror', (e) => problems.push(`script error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) problems.push(`console error: ${m.text()}`);
-  });
-}
-
 async function newContext(browser, user, extra = {}) {
   const ctx = await browser.newContext({
     httpCredentials: { username: user, password: PASSWORD },
@@ -152,13 +60,6 @@ const active = (page) => page.evaluate(() => {
   if (a.closest('#terminal')) return 'terminal';
   return a.id ? '#' + a.id : a.tagName.toLowerCase() + (a.className ? '.' + String(a.className).split(' ')[0] : '');
 });
-
-async function waitTerm(page, needle, timeout = 15000) {
-  await page.waitForFunction((n) => {
-    const rows = document.querySelector('#terminal .xterm-rows');
-    return rows && rows.textContent.includes(n);
-  }, needle, { timeout });
-}
 
 /* axe-core with its default rules on the page as it is, in English and in
  * Japanese (the language switched by script, so the focus stays put). */
@@ -523,7 +424,7 @@ for (const sig of ['SIGTERM', 'SIGINT']) {
     for (const fe of FRONTENDS.filter((f) => f.url)) {
       for (const u of Object.values(USERS)) await endOpenSession(fe.url, u).catch(() => {});
     }
-    console.log(`not ok ${tapN + 1} - interrupted by ${sig}`);
+    console.log(`not ok ${tap.n + 1} - interrupted by ${sig}`);
     process.exit(1);
   });
 }
@@ -532,7 +433,7 @@ async function main() {
   fs.mkdirSync(ART, { recursive: true });
   let browser = null;
   try {
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+    browser = await launch();
     let fullDone = false;
     for (const fe of FRONTENDS) {
       if (!fe.url) {
@@ -553,8 +454,7 @@ async function main() {
   } finally {
     if (browser) await browser.close();
   }
-  console.log(`1..${tapN}`);
-  process.exit(tapFailed ? 1 : 0);
+  done();
 }
 
 await main();

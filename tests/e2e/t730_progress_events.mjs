@@ -9,42 +9,13 @@
  *   blocked: the browser aborts every request to .../events: the page polls
  *            GET /api/sessions/{id} and reaches the lab view all the same
  */
-import { chromium } from 'playwright-core';
+import { ENV, PASSWORD, assert, done, endOpenSession, launch, report } from './lib.mjs';
 
-const ENV = process.env;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'test-slow-setup';
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const FRONTENDS = [
   { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL, user: 'student271' },
   { name: 'apache', url: ENV.LABVM_APACHE_URL, user: 'student272' },
 ];
-
-let tapN = 0;
-let tapFailed = 0;
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
-}
-function assert(cond, what, detail) {
-  if (!cond) throw new Error(what + (detail !== undefined ? `: ${JSON.stringify(detail)}` : ''));
-}
-
-const basic = (user) => 'Basic ' + Buffer.from(`${user}:${PASSWORD}`).toString('base64');
-async function api(base, user, method, p) {
-  const r = await fetch(base + p, { method, headers: { Accept: 'application/json', Authorization: basic(user) } });
-  const text = await r.text();
-  let data = null;
-  try { data = JSON.parse(text); } catch (e) { data = null; }
-  return { status: r.status, data };
-}
-async function endOpenSession(base, user) {
-  const r = await api(base, user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(base, user, 'DELETE', `/api/sessions/${r.data.id}`);
-}
 
 /* Start LESSON on a fresh page; returns what the page did while starting. */
 async function followStart(browser, fe, { blockEvents }) {
@@ -85,7 +56,7 @@ async function followStart(browser, fe, { blockEvents }) {
 }
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+  const browser = await launch();
   try {
     for (const fe of FRONTENDS) {
       if (!fe.url) {
@@ -115,8 +86,7 @@ async function main() {
   } finally {
     await browser.close();
   }
-  console.log(`1..${tapN}`);
-  process.exit(tapFailed ? 1 : 0);
+  done();
 }
 
 await main();

@@ -6,54 +6,19 @@
  * machine's name), switching back keeps each terminal's text; arrow keys
  * move between tabs; a single-machine lesson shows no tabs. The grade lists
  * which machine each step ran on (the step's output). */
-import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import {
+  ENV, PASSWORD, api as labApi, assert, done, endOpenSession, launch, step,
+} from './lib.mjs';
 
 const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
-const ENV = process.env;
 const BASE = ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const USER = 'student198';
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-let n = 0;
-let failed = 0;
-function report(pass, name, detail) {
-  n++;
-  if (!pass) failed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${n} - ${name}`);
-  if (detail) for (const l of String(detail).split('\n')) console.log(`#   ${l}`);
-}
-async function step(name, fn) {
-  try {
-    await fn();
-    report(true, name);
-    return true;
-  } catch (e) {
-    report(false, name, e && e.stack ? e.stack : String(e));
-    return false;
-  }
-}
-function assert(c, what, detail) {
-  if (!c) throw new Error(what + (detail !== undefined ? `: ${JSON.stringify(detail)}` : ''));
-}
-
-const basic = 'Basic ' + Buffer.from(`${USER}:${PASSWORD}`).toString('base64');
-async function api(method, p, body) {
-  const h = { Authorization: basic, Accept: 'application/json' };
-  if (body !== undefined) h['Content-Type'] = 'application/json';
-  const r = await fetch(BASE + p, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
-  let data = null;
-  try { data = await r.json(); } catch (e) { /* empty */ }
-  return { status: r.status, data };
-}
-async function endOpen() {
-  const r = await api('GET', '/api/sessions/current');
-  if (r.status === 200) await api('DELETE', `/api/sessions/${r.data.id}`);
-}
+const api = (method, p, body) => labApi(BASE, USER, method, p, body);
+const endOpen = () => endOpenSession(BASE, USER);
 
 const paneText = (page, m) => page.evaluate((machine) => {
   const rows = document.querySelector(`#terminal .term-pane[data-machine="${machine}"] .xterm-rows`);
@@ -67,7 +32,7 @@ async function typeIn(page, m, text) {
 }
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+  const browser = await launch();
   const problems = [];
   try {
     await endOpen();
@@ -170,8 +135,7 @@ async function main() {
     await endOpen().catch(() => {});
     await browser.close();
   }
-  console.log(`1..${n}`);
-  process.exit(failed ? 1 : 0);
+  done();
 }
 
 await main();

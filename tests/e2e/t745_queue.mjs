@@ -6,56 +6,21 @@
  * student, "1番目" in Japanese), the likely start and the bound; the second
  * student leaves the line with the button; when one seat frees the first
  * student's page moves on to the start stages by itself, and on to the lab. */
-import { chromium } from 'playwright-core';
+import {
+  ENV, PASSWORD, api as labApi, assert, done, endOpenSession, launch, report, step,
+} from './lib.mjs';
 
-const ENV = process.env;
 const BASE = ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'linux-basics';
 const HOLDERS = Array.from({ length: 8 }, (_, i) => `student${282 + i}`);
 const USERS = ['student280', 'student281'];
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-let n = 0;
-let failed = 0;
-function report(pass, name, detail) {
-  n++;
-  if (!pass) failed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${n} - ${name}`);
-  if (detail) for (const l of String(detail).split('\n')) console.log(`#   ${l}`);
-}
-async function step(name, fn) {
-  try {
-    await fn();
-    report(true, name);
-    return true;
-  } catch (e) {
-    report(false, name, e && e.stack ? e.stack : String(e));
-    return false;
-  }
-}
-function assert(c, what, detail) {
-  if (!c) throw new Error(what + (detail !== undefined ? `: ${JSON.stringify(detail)}` : ''));
-}
-
-async function api(user, method, p, body) {
-  const h = { Authorization: 'Basic ' + Buffer.from(`${user}:${PASSWORD}`).toString('base64'),
-    Accept: 'application/json' };
-  if (body !== undefined) h['Content-Type'] = 'application/json';
-  const r = await fetch(BASE + p, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
-  let data = null;
-  try { data = await r.json(); } catch (e) { /* empty */ }
-  return { status: r.status, data };
-}
-async function endOpen(user) {
-  const r = await api(user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(user, 'DELETE', `/api/sessions/${r.data.id}`);
-}
+const api = (user, method, p, body) => labApi(BASE, user, method, p, body);
+const endOpen = (user) => endOpenSession(BASE, user);
 const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+  const browser = await launch();
   const problems = [];
   const holders = [];
   try {
@@ -138,8 +103,7 @@ async function main() {
     for (const u of USERS) await endOpen(u).catch(() => {});
     await browser.close();
   }
-  console.log(`1..${n}`);
-  process.exit(failed ? 1 : 0);
+  done();
 }
 
 main();

@@ -11,37 +11,22 @@
  *   403 from the API and the "operators only" notice on the page; on the
  *   shared stack (no operators configured) even teacher does.
  */
-import { chromium } from 'playwright-core';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ENV, PASSWORD, api as labApi, assert, done, endOpenSession, launch, report } from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SRC = process.env.LABVM_SRC || path.resolve(HERE, '..', '..');
 const ART = path.join(HERE, 'artifacts');
-const ENV = process.env;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const OPERATOR = 'teacher';
 const STUDENT = 'student331';
 const FAILER = 'student332';
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const STACK = ENV.LABVM_LIGHTTPD_URL || ENV.LABVM_URL;
 const STACK_BASE = Number(new URL(STACK).port) - 80;
 const STATE = path.join(ENV.LABVM_STATE || path.join(SRC, '.check'), 'e2e-operator');
 
-let tapN = 0;
-let tapFailed = 0;
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
-}
-function assert(cond, what, detail) {
-  if (!cond) throw new Error(what + (detail !== undefined ? `: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}` : ''));
-}
 let broken = null;
 async function step(name, fn, { independent = false } = {}) {
   if (broken && !independent) {
@@ -58,19 +43,13 @@ async function step(name, fn, { independent = false } = {}) {
   }
 }
 
+/* labvm's API; the answer's JSON as json */
 async function api(base, user, method, p, body) {
-  const headers = { Accept: 'application/json', Authorization: `Basic ${Buffer.from(`${user}:${PASSWORD}`).toString('base64')}` };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const r = await fetch(base + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  let json = null;
-  try { json = await r.json(); } catch (e) { json = null; }
-  return { status: r.status, json };
+  const r = await labApi(base, user, method, p, body);
+  return { status: r.status, json: r.data };
 }
 
-async function endOpen(base, user) {
-  const r = await api(base, user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(base, user, 'DELETE', `/api/sessions/${r.json.id}`);
-}
+const endOpen = endOpenSession;
 
 async function waitState(base, user, sid, states, ms) {
   const end = Date.now() + ms;
@@ -110,7 +89,7 @@ async function main() {
   try {
     frontEnd('down');
     base = frontEnd('up');
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+    browser = await launch();
 
     await step('a ready lab and a failed start to look at', async () => {
       for (const u of [STUDENT, FAILER]) await endOpen(base, u);
@@ -221,8 +200,7 @@ async function main() {
     if (browser) await browser.close();
     frontEnd('down');
   }
-  console.log(`1..${tapN}`);
-  process.exit(tapFailed ? 1 : 0);
+  done();
 }
 
 await main();

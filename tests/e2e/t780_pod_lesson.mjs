@@ -6,80 +6,22 @@
  * terminal, Grade passes (grading by exec) -> End -> the Pod and its Secret
  * are gone. The page never knows the runtime: the same views and messages.
  */
-import { chromium } from 'playwright-core';
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  ENV, PASSWORD, api, assert, done, endOpenSession as endOpen, launch, report, sim, typeInTerminal as typeIn,
+  waitFor, waitTerm,
+} from './lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ART = path.join(HERE, 'artifacts');
-const ENV = process.env;
-const PASSWORD = ENV.LABVM_PASSWORD || 'labvm';
 const LESSON = 'k8s-pod-intro';
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const FRONTENDS = [
   { name: 'lighttpd', url: ENV.LABVM_LIGHTTPD_URL || (ENV.LABVM_APACHE_URL ? null : ENV.LABVM_URL), user: 'student355' },
   { name: 'apache', url: ENV.LABVM_APACHE_URL, user: 'student356' },
 ];
 
-let tapN = 0;
-let tapFailed = 0;
-function report(pass, name, diag) {
-  tapN++;
-  if (!pass) tapFailed++;
-  console.log(`${pass ? 'ok' : 'not ok'} ${tapN} - ${name}`);
-  if (diag) for (const l of String(diag).trimEnd().split('\n')) console.log(`#   ${l}`);
-}
-function assert(cond, what, detail) {
-  if (!cond) throw new Error(what + (detail !== undefined ? `: ${JSON.stringify(detail)}` : ''));
-}
-const basic = (user) => 'Basic ' + Buffer.from(`${user}:${PASSWORD}`).toString('base64');
-async function api(base, user, method, p) {
-  const r = await fetch(base + p, { method, headers: { Accept: 'application/json', Authorization: basic(user) } });
-  let data = null;
-  try { data = await r.json(); } catch (e) { data = null; }
-  return { status: r.status, data };
-}
-async function endOpen(base, user) {
-  const r = await api(base, user, 'GET', '/api/sessions/current');
-  if (r.status === 200) await api(base, user, 'DELETE', `/api/sessions/${r.data.id}`);
-}
-function sim(p) {
-  const url = new URL(ENV.LABVM_KUBE_URL);
-  const token = fs.readFileSync(ENV.LABVM_KUBE_ADMIN_TOKEN_FILE, 'utf8').trim();
-  return new Promise((resolve, reject) => {
-    const req = https.request({ host: url.hostname, port: url.port, path: p, method: 'GET',
-      ca: fs.readFileSync(ENV.LABVM_KUBE_CA), headers: { Authorization: `Bearer ${token}` } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-async function waitFor(fn, ms, what) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms / 1000}s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-const termText = (page) => page.evaluate(() => (document.querySelector('#terminal .xterm-rows') || {}).textContent || '');
-async function waitTerm(page, needle, timeout = 15000) {
-  await page.waitForFunction((n) => {
-    const rows = document.querySelector('#terminal .xterm-rows');
-    return rows && rows.textContent.includes(n);
-  }, needle, { timeout });
-}
-async function typeIn(page, text) {
-  await page.click('#terminal');
-  await page.keyboard.type(text);
-  await page.keyboard.press('Enter');
-}
 const termSize = (page) => page.evaluate(() => {
   const t = window.labvm.console && window.labvm.console.term;
   return t ? { cols: t.cols, rows: t.rows } : null;
@@ -149,8 +91,8 @@ async function scenario(browser, fe) {
       const s = await api(base, fe.user, 'GET', `/api/sessions/${sid}`);
       assert(s.data.state === 'ended', 'ended', s.data);
       const ns = ENV.LABVM_NAMESPACE || 'labs';
-      await waitFor(async () => (await sim(`/api/v1/namespaces/${ns}/pods/${pod}`)) === 404, 20000, 'the Pod is gone');
-      assert((await sim(`/api/v1/namespaces/${ns}/secrets/${pod}-files`)) === 404, 'the Secret is gone');
+      await waitFor(async () => (await sim('GET', `/api/v1/namespaces/${ns}/pods/${pod}`)).status === 404, 20000, 'the Pod is gone');
+      assert((await sim('GET', `/api/v1/namespaces/${ns}/secrets/${pod}-files`)).status === 404, 'the Secret is gone');
       assert(problems.length === 0, 'no script errors', problems);
     });
   } finally {
@@ -160,7 +102,7 @@ async function scenario(browser, fe) {
 }
 
 fs.mkdirSync(ART, { recursive: true });
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+const browser = await launch();
 try {
   for (const fe of FRONTENDS) {
     if (!fe.url) { report(true, `${fe.name}: the pod lesson # SKIP no ${fe.name} front end`); continue; }
@@ -169,5 +111,4 @@ try {
 } finally {
   await browser.close();
 }
-console.log(`1..${tapN}`);
-process.exit(tapFailed ? 1 : 0);
+done();

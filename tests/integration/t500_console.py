@@ -36,9 +36,9 @@ import urllib.request
 import uuid
 
 import psycopg2
-import websockets
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import labconsole  # noqa: E402
 import labvm_ticket as lt  # noqa: E402
 from labclient import Kube  # noqa: E402
 from labtest import reset_world  # noqa: E402
@@ -53,7 +53,6 @@ PASSWORD = ENV.get("LABVM_PASSWORD", "labvm")
 DB = ENV["LABVM_DATABASE"]
 ENVIRONMENT = ENV.get("LABVM_ENVIRONMENT", "check")
 KEY = lt.load_key(conf=ENV["LABVM_CONF"])
-PROTO = "labvm-console.v1"
 USER = "student181"      # owns the lab used throughout
 OTHER = "student182"     # another user
 STARTING = "student183"  # owns a session row that never gets ready
@@ -130,55 +129,17 @@ def ticket(sid, user=USER):
 
 
 # ---------------------------------------------------------------- WebSocket
-class Console:
-    """One browser-side connection: collects output bytes and control messages."""
-
-    def __init__(self, ws):
-        self.ws = ws
-        self.out = bytearray()
-        self.ctl = []
-        self.code = None
-        self.reason = None
+class Console(labconsole.Console):
+    """One browser-side connection (tests/lib/labconsole.py): by default USER's,
+    through the front end, with 10 s waits."""
 
     @classmethod
     async def open(cls, url, user=USER, base=FRONT, timeout=10):
-        h = {"Authorization": auth(user)}
-        if base not in (FRONT, APACHE):
-            # straight to a bridge: the test is the front end that logged the user in
-            h["Forwarded"] = f'for=127.0.0.1;remote_user="{user}"'
-        ws = await websockets.connect(
-            base.replace("http://", "ws://") + url, subprotocols=[PROTO],
-            extra_headers=h, open_timeout=timeout,
-            ping_interval=None, max_size=None, close_timeout=2)
-        return cls(ws)
-
-    async def _recv(self, timeout):
-        try:
-            m = await asyncio.wait_for(self.ws.recv(), timeout)
-        except websockets.ConnectionClosed as e:
-            rc = e.rcvd
-            self.code = rc.code if rc else 1006
-            self.reason = rc.reason if rc else ""
-            return False
-        if isinstance(m, str):
-            self.ctl.append(json.loads(m))
-        else:
-            self.out += m
-        return True
+        return await super().open(base, url, user, timeout)
 
     async def until(self, pred, timeout=10):
         """Read until pred(self) is true; False on timeout or close."""
-        end = time.monotonic() + timeout
-        while not pred(self):
-            left = end - time.monotonic()
-            if left <= 0 or self.code is not None:
-                return False
-            try:
-                if not await self._recv(left):
-                    return pred(self)
-            except asyncio.TimeoutError:
-                return pred(self)
-        return True
+        return await super().until(pred, timeout)
 
     async def expect(self, needle, timeout=10):
         return await self.until(lambda c: needle in c.out, timeout)
@@ -187,17 +148,7 @@ class Console:
         return await self.until(lambda c: PROMPT.search(bytes(c.out[-64:])) is not None, timeout)
 
     async def closed(self, timeout=10):
-        await self.until(lambda c: False, timeout)
-        return self.code, self.reason
-
-    async def send(self, data):
-        await self.ws.send(data)
-
-    async def close(self):
-        await self.ws.close()
-
-    def states(self):
-        return [m.get("state") for m in self.ctl if m.get("type") == "status"]
+        return await super().closed(timeout)
 
 
 async def refused(url, user=USER):
