@@ -21,7 +21,6 @@ flag's mtime}). Both clocks are this host's (process guests share it; a
 QEMU guest syncs it from the host's RTC). Sessions run one after another,
 so each measures an idle system. Prints p50, p95, p99 (nearest rank)."""
 import argparse
-import math
 import datetime
 import http.client
 import json
@@ -33,19 +32,13 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from labclient import Api, Db  # noqa: E402
 from sse import Stream, events_path  # noqa: E402
+from benchstats import pct  # noqa: E402
 
 
 def ts(s):
     return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp()
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    # nearest rank: the ceil(p/100 * n)-th smallest (p99 of 100 is the 99th,
-    # not the largest)
-    k = max(0, min(len(xs) - 1, math.ceil(p / 100.0 * len(xs) - 1e-9) - 1))
-    return xs[k]
 
 
 def flag_time(db, sid):

@@ -15,7 +15,6 @@ session (16 connections, --seconds); a start is POST /api/sessions of a
 light lesson then DELETE, one after another (--starts of them); the start's
 p99 is of those. Needs vm_capacity >= watched + 2."""
 import argparse
-import math
 import multiprocessing
 import base64
 import os
@@ -29,14 +28,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from labclient import Api  # noqa: E402
 from sse import Stream, events_path  # noqa: E402
+from benchstats import pct  # noqa: E402
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    # nearest rank: the ceil(p/100 * n)-th smallest (p99 of 100 is the 99th,
-    # not the largest)
-    k = max(0, min(len(xs) - 1, math.ceil(p / 100.0 * len(xs) - 1e-9) - 1))
-    return xs[k]
 
 
 def wrk_p99(url, auth, seconds):
