@@ -18,11 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from labclient import Api  # noqa: E402
+from benchstats import pct  # noqa: E402
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[max(0, min(len(xs) - 1, int(round(p / 100.0 * len(xs) + 0.5)) - 1))]
 
 
 def main():

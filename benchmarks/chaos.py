@@ -43,6 +43,7 @@ import websockets  # noqa: E402
 
 from labclient import Api, Db, Kube  # noqa: E402
 from labstack import Stack  # noqa: E402
+from benchstats import pct  # noqa: E402
 
 PREFIX = "labvm.io"
 DEADLINE_S = 150          # a request not answered in this long has hung
@@ -234,12 +235,6 @@ def sampler(kube, stop, fig):
         with fig.lock:
             fig.max_vms = max(fig.max_vms, n)
 
-
-def pct(v, p):
-    if not v:
-        return 0.0
-    v = sorted(v)
-    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 
 
 def main():

@@ -29,6 +29,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRC, "tests", "lib"))
 import labstack  # noqa: E402
 from labclient import Api  # noqa: E402
+from benchstats import pct  # noqa: E402
 
 SEED = """
 INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, disk_source,
@@ -44,10 +45,6 @@ SELECT gen_random_uuid(), 'past' || g, (ARRAY['linux-basics','debian-golden','fr
 FROM generate_series(1, {rows}) AS g, LATERAL (SELECT now() - g * interval '17 s' AS t) AS x
 """
 
-
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, max(0, int(round(q * (len(v) - 1)))))]
 
 
 def bench_api(bindir, url, duration, out, name):
@@ -98,7 +95,7 @@ def main():
             assert r.status == 200, r
             size = len(r.body)
             series = sum(1 for ln in r.body.splitlines() if ln and not ln.startswith("#"))
-        res["scrape_ms"] = {"p50": 1000 * statistics.median(times), "p95": 1000 * pct(times, 0.95),
+        res["scrape_ms"] = {"p50": 1000 * statistics.median(times), "p95": 1000 * pct(times, 95),
                             "max": 1000 * max(times)}
         res["scrape_bytes"], res["series"] = size, series
 

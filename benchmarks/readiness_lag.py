@@ -32,17 +32,13 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from labclient import Api, Db  # noqa: E402
 from sse import Stream, events_path  # noqa: E402
+from benchstats import pct  # noqa: E402
 
 
 def ts(s):
     return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=datetime.timezone.utc).timestamp()
 
-
-def pct(xs, p):
-    xs = sorted(xs)
-    k = max(0, min(len(xs) - 1, int(round(p / 100.0 * len(xs) + 0.5)) - 1))  # nearest rank
-    return xs[k]
 
 
 def flag_time(db, sid):

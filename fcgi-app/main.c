@@ -33,7 +33,7 @@
 static struct cfg cfg;
 static struct lessons lessons;
 static int listen_fd;
-static pthread_mutex_t accept_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int listen_unix; /* the web server talks to us over a unix socket */
 static volatile sig_atomic_t stopping;
 
 static void on_term(int sig)
@@ -61,6 +61,20 @@ static void log_request(const struct req *r, const struct labctx *x)
 	        x->agent.ms);
 }
 
+/* Read what is left of the request's stdin (a body the route did not
+ * want, or just its end record), at most STDIN_DRAIN_MAX bytes: 1 when it
+ * ended (the web server writes nothing more on this connection). */
+#define STDIN_DRAIN_MAX (1 << 20)
+static int stdin_drained(FCGX_Request *fr)
+{
+	char junk[4096];
+	long total = 0;
+	int n;
+	while (total <= STDIN_DRAIN_MAX && (n = FCGX_GetStr(junk, sizeof junk, fr->in)) > 0)
+		total += n;
+	return FCGX_HasSeenEOF(fr->in) == EOF && !FCGX_GetError(fr->in);
+}
+
 static void *worker(void *arg)
 {
 	struct labctx x;
@@ -79,9 +93,10 @@ static void *worker(void *arg)
 				break;
 			}
 		}
-		pthread_mutex_lock(&accept_mutex);
+		/* every worker waits in accept() at once: Linux wakes one per
+		 * connection (no herd), and libfcgi keeps no shared state there,
+		 * so no lock to hand around (a futex wake and wait per request) */
 		rc = stopping ? -1 : FCGX_Accept_r(fr);
-		pthread_mutex_unlock(&accept_mutex);
 		if (rc < 0)
 			break;
 		struct req r;
@@ -94,6 +109,14 @@ static void *worker(void *arg)
 		if (adopted) {
 			fr = NULL;
 		} else {
+			/* on a unix socket the answer is delivered whatever happens
+			 * next: once the web server has sent all it will send (the
+			 * request's stdin read to its end), close at once instead
+			 * of libfcgi's shutdown() and read until the web server
+			 * closes (a TCP RST guard that held this worker for a round
+			 * trip through the web server's event loop per request) */
+			if (listen_unix && stdin_drained(fr))
+				FCGX_Detach(fr);
 			FCGX_Finish_r(fr);
 			pool_after_request(
 			    &x); /* a claim's replacement, after the answer went out */
@@ -218,6 +241,10 @@ int main(int argc, char **argv)
 		log_err("not started by a FastCGI server: use --listen or fcgi_listen");
 		return 2;
 	}
+
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	listen_unix = getsockname(listen_fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);

@@ -28,7 +28,7 @@
 #define HOLD_MS        10000 /* a driver's longest watch or held /ready */
 #define HOLD_BUSY_MS   500   /* ... when other watched starts wait for a driver */
 #define RETRY_S        0.5   /* after a watch or agent call that failed at once */
-#define AGENT_RETRY_MS 20    /* an agent not listening yet: asked again after this */
+#define AGENT_RETRY_MS 10    /* an agent not listening yet: asked again after this */
 
 struct watcher {
 	FCGX_Request *fr;

@@ -4,12 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "httpc.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
 
 #define AGENT_MAX_BODY (1u << 20)
+#define SEEN_READY_S   2.0 /* how long a held answer's "ready" stands for a new look */
 
 int agent_init(struct agent *a)
 {
@@ -23,6 +26,7 @@ void agent_cleanup(struct agent *a)
 	if (a->h)
 		curl_easy_cleanup(a->h);
 	buf_free(&a->body);
+	OPENSSL_cleanse(a->seen_token, sizeof a->seen_token);
 	memset(a, 0, sizeof *a);
 }
 
@@ -59,6 +63,14 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 enum agent_ready agent_ready(struct agent *a, const char *ip, int port, const char *token,
                              int timeout_ms, cJSON **detail)
 {
+	if (a->seen_at > 0 && util_mono_s() - a->seen_at < SEEN_READY_S &&
+	    strcmp(a->seen_ip, ip) == 0 &&
+	    util_ct_equal(a->seen_token, strlen(a->seen_token), token, strlen(token))) {
+		a->seen_at = 0; /* once */
+		if (detail)
+			*detail = NULL;
+		return AGENT_READY;
+	}
 	return agent_ready_wait(a, ip, port, token, 0, timeout_ms, detail);
 }
 
@@ -73,6 +85,12 @@ enum agent_ready agent_ready_wait(struct agent *a, const char *ip, int port, con
 	long code = call(a, ip, port, token, path, NULL, (long)wait_ms + timeout_ms);
 	if (detail)
 		*detail = NULL;
+	if (code == 200 && wait_ms > 0 && strlen(ip) < sizeof a->seen_ip &&
+	    strlen(token) < sizeof a->seen_token) {
+		snprintf(a->seen_ip, sizeof a->seen_ip, "%s", ip);
+		snprintf(a->seen_token, sizeof a->seen_token, "%s", token);
+		a->seen_at = util_mono_s();
+	}
 	if (code == 200)
 		return AGENT_READY;
 	if (code == 503) {

@@ -17,6 +17,13 @@ struct agent {
 	 * is gone, whose address a new guest now has (no RST: the call would
 	 * wait for its whole timeout) */
 	int fresh;
+	/* the last held /ready?wait that answered 200 (agent_ready_wait): a
+	 * plain agent_ready() of the same guest (address and token) right
+	 * after it is answered from it, without asking again (the flag never
+	 * goes away once written) */
+	char seen_ip[64];
+	char seen_token[128];
+	double seen_at;
 };
 
 int agent_init(struct agent *a);

@@ -9,16 +9,23 @@
 #include "jsonx.h"
 #include "util.h"
 
-/* Start the agent as early as possible; it polls for its own file, since
- * bootcmd runs before write_files (every 20 ms: a lab whose setup is quick
- * writes its flag moments later, and readiness is seen only once the agent
- * listens). On systemd guests a transient unit
- * without default dependencies (bootcmd runs inside cloud-init.service,
- * ordered before sysinit.target: waiting would deadlock). */
-static const char agent_start[] =
-    "mkdir -p " GUEST_STATE_DIR "; "
-    "run='while [ ! -e " GUEST_AGENT_PATH " ]; do sleep 0.02; done; exec python3 " GUEST_AGENT_PATH
-    "'; "
+/* Start the agent as early as possible: bootcmd writes it itself (before
+ * write_files, which would drop it only later) and starts it at once, so
+ * the interpreter starts while cloud-init still writes the lesson's files,
+ * and the agent listens before a quick setup writes its flag (readiness is
+ * seen only once the agent listens). `python3 -I -S`: the standard library
+ * only, without site-packages' start-up (the agent needs nothing else). The
+ * token comes later from write_files: the agent refuses until then, labvm
+ * asks again. On systemd guests a transient unit without default
+ * dependencies (bootcmd runs inside cloud-init.service, ordered before
+ * sysinit.target: waiting would deadlock). */
+#define AGENT_EOF "LABVM_AGENT_EOF"
+static const char agent_start_fmt[] =
+    "umask 022; mkdir -p " GUEST_STATE_DIR " \"$(dirname " GUEST_AGENT_PATH ")\"; "
+    "rm -f " GUEST_STATE_DIR "/agent.listening; "
+    "cat > " GUEST_AGENT_PATH ".new <<'" AGENT_EOF "'\n%s" AGENT_EOF "\n"
+    "chmod 0755 " GUEST_AGENT_PATH ".new && mv -f " GUEST_AGENT_PATH ".new " GUEST_AGENT_PATH "\n"
+    "run='exec python3 -I -S " GUEST_AGENT_PATH "'; "
     "if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then "
     "systemd-run --no-block --unit=labvm-agent -p DefaultDependencies=no -p Restart=always "
     "/bin/sh -c \"$run\"; "
@@ -44,10 +51,17 @@ static const char run_setup[] =
     "HOME=/root " GUEST_SETUP_PATH " >" GUEST_SETUP_LOG " 2>&1; "
     "echo $? > " GUEST_STATE_DIR "/setup.rc";
 
-/* The last line: the ready flag, only after a successful setup. */
+/* The last line: the ready flag, only after a successful setup, and only
+ * once the agent listens (it writes agent.listening; at most ~10 s): the
+ * flag is what the agent reports, so a flag written while the agent still
+ * starts would only wait there for it (a quick setup ends well before the
+ * interpreter is up); on a real guest runcmd runs long after bootcmd and
+ * this costs nothing. */
 static const char ready_flag[] =
-    "[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] && touch " GUEST_STATE_DIR
-    "/ready";
+    "[ \"$(cat " GUEST_STATE_DIR "/setup.rc 2>/dev/null)\" = 0 ] || exit 1; "
+    "i=0; while [ ! -e " GUEST_STATE_DIR "/agent.listening ] && [ $i -lt 1000 ]; do "
+    "sleep 0.01; i=$((i+1)); done; "
+    "touch " GUEST_STATE_DIR "/ready";
 
 static cJSON *sh(const char *script)
 {
@@ -81,9 +95,10 @@ char *cloudinit_build_hosts(const struct lesson *l, const char *agent_token, con
 
 	cJSON *boot = jx_add_arr(doc, "bootcmd");
 	jx_push(boot, sh(autologin));
-	jx_push(boot, sh(agent_start));
+	char *start = xasprintf(agent_start_fmt, agent_py);
+	jx_push(boot, sh(start));
+	free(start);
 	files = jx_add_arr(doc, "write_files");
-	add_file(files, GUEST_AGENT_PATH, agent_py, "0755");
 	add_file(files, GUEST_TOKEN_PATH, agent_token, "0600");
 	for (size_t i = 0; i < l->nfiles; i++)
 		add_file(files, l->files[i].path, l->files[i].content, l->files[i].mode);

@@ -5,11 +5,12 @@
  * followed by JSON (YAML is a superset of JSON), built with cJSON:
  *
  *   bootcmd:     the serial-console root autologin drop-in (before getty
- *                starts), then start the guest agent early (systemd-run on
- *                systemd guests, a background process otherwise); it waits
- *                for its file, since bootcmd runs before write_files
- *   write_files: the agent, its per-VM token (0600), the lesson's files,
- *                the setup script
+ *                starts), then write the guest agent (a here-document) and
+ *                start it at once (systemd-run on systemd guests, a
+ *                background process otherwise), so that it listens before
+ *                a quick setup writes the flag
+ *   write_files: the agent's per-VM token (0600), the lesson's files, the
+ *                setup script
  *   runcmd:      run the setup (log for the agent, exit code recorded), and
  *                LAST create the ready flag, only if setup exited 0
  *

@@ -28,6 +28,8 @@ Errors are {"error": "...", "message": "..."} with 400, 403, 404, 405, 411,
 413 or 500. Files written by cloud-init ($STATE = state dir):
 $STATE/setup.started before setup runs, the setup log while it runs,
 $STATE/setup.rc (exit code) when it ends, $STATE/ready last, on success only.
+The agent writes $STATE/agent.listening once it listens: cloud-init writes the
+flag only then (bounded), so the flag is never older than the agent that reports it.
 
 Settings: --listen / LABVM_AGENT_LISTEN (host:port, default 0.0.0.0:8899),
 --token-file / LABVM_AGENT_TOKEN_FILE (/etc/labvm/agent-token),
@@ -391,6 +393,11 @@ def main(argv=None):
         allow_reuse_address = True
 
     server = Server((host, port), Handler)
+    try:  # for cloud-init's last line: the flag follows (see the top)
+        with open(os.path.join(args.state_dir, "agent.listening"), "w") as f:
+            f.write("%s:%d\n" % (host, server.server_address[1]))
+    except OSError:
+        pass
     sys.stderr.write("agent: listening on %s:%d\n" % (host, server.server_address[1]))
     sys.stderr.flush()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

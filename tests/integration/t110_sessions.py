@@ -85,8 +85,11 @@ for fe, url in frontends():
         t.ok(ud.startswith("#cloud-config\n"), "a cloud-config document")
         cc = yaml.safe_load(ud)
         paths = [f["path"] for f in cc["write_files"]]
-        t.ok(paths.index("/opt/labvm/agent.py") < paths.index("/root/lab/README")
-             < paths.index("/opt/labvm/setup.sh"), "agent, then lab files, then setup", paths)
+        t.ok(paths.index("/etc/labvm/agent-token") < paths.index("/root/lab/README")
+             < paths.index("/opt/labvm/setup.sh"), "token, then lab files, then setup", paths)
+        t.ok("cat > /opt/labvm/agent.py.new" in " ".join(cc["bootcmd"][1])
+             and "/opt/labvm/agent.py" not in paths,
+             "the agent comes with bootcmd (started before write_files)", paths)
         tok = [f for f in cc["write_files"] if f["path"] == "/etc/labvm/agent-token"][0]
         t.eq(tok["permissions"], "0600", "token file mode")
         t.ok(len(tok["content"]) >= 32, "a long token")

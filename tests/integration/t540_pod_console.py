@@ -143,14 +143,15 @@ for fe, base in FRONTS:
                  bytes(c.out[mark:mark + 80]))
             # up: every byte value typed, as the first byte of each message
             await c.ws.send(b"stty raw -echo; head -c 2048 > /tmp/up.bin; stty sane; "
-                            b"echo got-it\r")
+                            b"echo read-$((6*7))\r")
             await asyncio.sleep(0.5)
             sent = b""
             for i in range(256):
                 chunk = bytes([i]) + bytes([(i * 7 + k) % 256 for k in range(7)])
                 sent += chunk
                 await c.ws.send(chunk)
-            t.ok(await c.expect(b"got-it", 15), "the shell read it all",
+            # read-42 is the shell's output only (the echoed line says $((6*7)))
+            t.ok(await c.expect(b"read-42", 15), "the shell read it all",
                  bytes(c.out[-200:]))
             r = kube.guest_exec(pod, "od -An -v -tx1 /tmp/up.bin | tr -d ' \\n'")
             t.eq(r["stdout"], sent.hex(), "bytes 0..255 arrive intact in the Pod")

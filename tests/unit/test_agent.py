@@ -178,6 +178,18 @@ def help_lists_the_options():
     t.ok(r.returncode != 0, "a bad --listen is refused", r.stdout)
 
 
+@t.test
+def listening_marker_names_the_address_once_bound():
+    # cloud-init writes the ready flag only once this file is there
+    b = Agent("marker")
+    try:
+        with open(os.path.join(b.state, "agent.listening")) as f:
+            t.eq(f.read(), "127.0.0.1:%d\n" % b.port, "state/agent.listening: the address")
+        t.eq(b.req("GET", "/ready", token=TOKEN)[0], 503, "and it answers")
+    finally:
+        b.stop()
+
+
 # -- the token ---------------------------------------------------------------
 
 @t.test

@@ -5,6 +5,7 @@ cloud-config parses as cloud-init would and keeps labvm's order: agent
 first, lab files, setup, and the ready flag last. The NetworkPolicy in
 conf/k8s validates against the networking.k8s.io OpenAPI document."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -196,11 +197,10 @@ def cloud_configs():
         if d.get("machine"):
             m = next(m for m in lesson["machines"] if m["name"] == d["machine"])
             lfiles = m.get("files", lfiles)
-        want = (["/opt/labvm/agent.py", "/etc/labvm/agent-token"]
+        want = (["/etc/labvm/agent-token"]
                 + [f["path"] for f in lfiles] + ["/opt/labvm/setup.sh"])
-        t.eq(paths, want, f"{d['lesson']}: write_files order")
-        t.eq(files[0]["content"], agent, f"{d['lesson']}: the agent is embedded verbatim")
-        t.eq(files[1]["permissions"], "0600", f"{d['lesson']}: token file mode")
+        t.eq(paths, want, f"{d['lesson']}: write_files order (the agent comes with bootcmd)")
+        t.eq(files[0]["permissions"], "0600", f"{d['lesson']}: token file mode")
         boot0 = cc["bootcmd"][0][2]
         t.ok("serial-getty@ttyS0.service.d/autologin.conf" in boot0 and "--autologin root" in boot0
              and "ExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u'" in boot0,
@@ -209,12 +209,21 @@ def cloud_configs():
              f"{d['lesson']}: modes stay strings (YAML would read 0644 as a number)")
         t.ok(all(isinstance(c, list) for c in cc["bootcmd"] + cc["runcmd"]),
              f"{d['lesson']}: commands are argv lists")
-        t.ok("agent.py" in " ".join(cc["bootcmd"][1]), f"{d['lesson']}: the agent starts in bootcmd")
+        boot1 = cc["bootcmd"][1][2]
+        t.ok("agent.py" in boot1 and "python3 -I -S /opt/labvm/agent.py" in boot1,
+             f"{d['lesson']}: the agent starts in bootcmd", boot1[-400:])
+        here = re.search(r"cat > /opt/labvm/agent\.py\.new <<'LABVM_AGENT_EOF'\n(.*?)^LABVM_AGENT_EOF$",
+                         boot1, re.S | re.M)
+        t.ok(here is not None and here.group(1) == agent,
+             f"{d['lesson']}: bootcmd writes the agent verbatim (here-document)")
         run = [" ".join(c) for c in cc["runcmd"]]
         t.ok("setup.sh" in run[-2] and "setup.rc" in run[-2], f"{d['lesson']}: setup then its rc")
         t.ok(run[-1].startswith("sh -c [ \"$(cat /var/lib/labvm/setup.rc") and
              run[-1].endswith("touch /var/lib/labvm/ready"),
              f"{d['lesson']}: the last line creates the flag only after setup exited 0", run[-1])
+        t.ok("while [ ! -e /var/lib/labvm/agent.listening ]" in run[-1]
+             and "rm -f /var/lib/labvm/agent.listening" in boot1,
+             f"{d['lesson']}: ... and once the agent listens (its marker, cleared at boot)", run[-1])
 
 
 @t.test(name="the NetworkPolicy in conf/k8s validates against networking.k8s.io/v1")
