@@ -244,7 +244,8 @@ int main(int argc, char **argv)
 
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof ss;
-	listen_unix = getsockname(listen_fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;
+	listen_unix =
+	    getsockname(listen_fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
