@@ -9,13 +9,13 @@ root, changes the guest's address or routes stays contained; and a policy
 that misses the backend (a selector typo) fails a start at setting_up
 naming the agent as unreachable (timeout: 300)."""
 import os
-import socket
 import urllib.parse
 
 import yaml
 
 from labtest import Api, Db, Kube, reset_world, vm_of, wait_until
 from tap import T
+import netprobe  # noqa: E402
 
 t = T()
 kube = Kube()
@@ -29,19 +29,7 @@ INTERNET = "203.0.113.10"
 with open(os.path.join(SRC, "conf", "k8s", "networkpolicy.yaml")) as f:
     POLICIES = [d for d in yaml.safe_load_all(f) if d]   # lab VMs, lab Pods
 POLICY = next(d for d in POLICIES if d["metadata"]["name"] == "labvm-lab-vms")
-PROBE = r"""import socket, sys
-s = socket.socket()
-s.settimeout(2)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print("open")
-except ConnectionRefusedError:
-    print("refused")
-except socket.timeout:
-    print("timeout")
-except OSError as e:
-    print("error-%d" % e.errno)
-"""
+PROBE = netprobe.script()
 MATRIX = []
 
 
@@ -51,19 +39,7 @@ def probe_from(vm, ip, port):
 
 
 def probe_host(ip, port):
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect((ip, port))
-        return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except socket.timeout:
-        return "timeout"
-    except OSError as e:
-        return f"error-{e.errno}"
-    finally:
-        s.close()
+    return netprobe.connect(ip, port, 2)
 
 
 def check(src, fn, dst, port, want, what):

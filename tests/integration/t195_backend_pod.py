@@ -33,6 +33,7 @@ import nsrelay  # noqa: E402
 from labclient import Api, Kube, wait_until  # noqa: E402
 from labconsole import Console  # noqa: E402
 from tap import T  # noqa: E402
+import netprobe  # noqa: E402
 
 t = T()
 SRC = labstack.SRC
@@ -42,19 +43,7 @@ LABEL = "app.kubernetes.io/name"
 with open(os.path.join(SRC, "conf", "k8s", "labvm-backend.yaml")) as f:
     DEPLOYMENT = next(d for d in yaml.safe_load_all(f) if d and d.get("kind") == "Deployment")
 TEMPLATE_LABELS = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
-PROBE = r"""import socket, sys
-s = socket.socket()
-s.settimeout(2)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print("open")
-except ConnectionRefusedError:
-    print("refused")
-except socket.timeout:
-    print("timeout")
-except OSError as e:
-    print("error-%d" % e.errno)
-"""
+PROBE = netprobe.script()
 MATRIX = []
 S = {}
 
@@ -65,19 +54,7 @@ ENV = {}
 
 
 def connect(ip, port):
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect((ip, port))
-        return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except socket.timeout:
-        return "timeout"
-    except OSError as e:
-        return f"error-{e.errno}"
-    finally:
-        s.close()
+    return netprobe.connect(ip, port, 2)
 
 
 def from_backend(ip, port):

@@ -12,6 +12,7 @@ import socket
 import nsrelay
 from simlib import NS, PODS, SRC, Sim, cloud_config, secret, vm, wait_for, wait_running
 from tap import T
+import netprobe  # noqa: E402
 
 t = T()
 sim = Sim("--backend-pod", os.path.join(SRC, "conf", "k8s", "labvm-backend.yaml"),
@@ -24,17 +25,7 @@ INFO = {}
 
 
 def connect(ip, port):
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect((ip, port))
-        return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except socket.timeout:
-        return "timeout"
-    finally:
-        s.close()
+    return netprobe.connect(ip, port, 3)
 
 
 def from_pod(ip, port):

@@ -4,11 +4,11 @@ tests/integration/t190_network.py proves that one). Guests a and b in `labs`,
 c in `other` (labelled team=x), each serving TCP 8899, 8080 and an echo on
 7000; the stand-in internet host serves 80 (timeout: 240)."""
 import base64
-import socket
 import time
 
 from simlib import NS, Sim, cloud_config, secret, vm, wait_for, wait_running
 from tap import T
+import netprobe  # noqa: E402
 
 t = T()
 sim = Sim()
@@ -35,19 +35,7 @@ for port, h in ((8899, Hello), (8080, Hello), (7000, Echo)):
 open("/tmp/servers-up", "w").close()
 threading.Event().wait()
 """
-PROBE = r"""import socket, sys
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print("open")
-except ConnectionRefusedError:
-    print("refused")
-except socket.timeout:
-    print("timeout")
-except OSError as e:
-    print("error-%d" % e.errno)
-"""
+PROBE = netprobe.script()
 # a connection held open across a policy change: one echo now, one after /tmp/go
 HOLD = r"""import socket, sys, os, time
 s = socket.create_connection((sys.argv[1], 7000), timeout=5)
@@ -85,22 +73,12 @@ def vmi_phase(name, ns=NS):
 
 def probe(src, ip, port):
     ns = "other" if src == "c" else NS
-    r = sim.exec(src, f"python3 /opt/probe.py {ip} {port}", ns=ns)
+    r = sim.exec(src, f"python3 /opt/probe.py {ip} {port} 3", ns=ns)
     return r["stdout"].strip() or r["stderr"].strip()
 
 
 def host_probe(ip, port):
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect((ip, port))
-        return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except socket.timeout:
-        return "timeout"
-    finally:
-        s.close()
+    return netprobe.connect(ip, port, 3)
 
 
 def expect(src, dst, port, want, what):
