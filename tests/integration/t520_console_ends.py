@@ -18,7 +18,7 @@ import urllib.parse
 
 import labvm_ticket as lt
 from labconsole import Console, PrivateBridge, TcpProxy
-from labtest import Api, Db, Kube, env, reset_world, vm_of, wait_until
+from labtest import Db, Kube, env, ready_lab, reset_world, ticket_url, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -33,25 +33,6 @@ loop = asyncio.new_event_loop()
 
 def run(coro):
     return loop.run_until_complete(coro)
-
-
-def ready_lab(user, lesson="linux-basics"):
-    api = Api(user)
-    api.end_current()
-    r = api.start(lesson)
-    if r.status != 201:
-        raise AssertionError(f"start: {r}")
-    s = api.wait_state(r.json["id"], ("ready", "failed"), 180)
-    if s["state"] != "ready":
-        raise AssertionError(f"not ready: {s.get('error')}")
-    return api, s
-
-
-def ticket_url(api, sid):
-    r = api.ticket(sid)
-    if r.status != 200:
-        raise AssertionError(f"console-ticket: {r}")
-    return r.json["url"]
 
 
 def reap(*args):

@@ -22,7 +22,7 @@ import os
 import urllib.request
 
 from labconsole import Console, PrivateBridge
-from labtest import Api, Db, Kube, env, reset_world, wait_until
+from labtest import Db, Kube, env, ready_lab, reset_world, ticket_url, wait_until
 from tap import T
 
 t = T()
@@ -41,25 +41,6 @@ S = {}
 
 def run(coro):
     return loop.run_until_complete(coro)
-
-
-def ready_lab(user):
-    api = Api(user)
-    api.end_current()
-    r = api.start("linux-basics")
-    if r.status != 201:
-        raise AssertionError(f"start: {r}")
-    s = api.wait_state(r.json["id"], ("ready", "failed"), 180)
-    if s["state"] != "ready":
-        raise AssertionError(f"not ready: {s.get('error')}")
-    return api, s
-
-
-def ticket_url(api, sid):
-    r = api.ticket(sid)
-    if r.status != 200:
-        raise AssertionError(f"console-ticket: {r}")
-    return r.json["url"]
 
 
 async def open_console(base, url, user):

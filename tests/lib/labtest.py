@@ -53,3 +53,25 @@ def frontends():
 
 __all__ = ["Api", "Db", "Kube", "env", "wait_until", "reset_world", "users", "vm_of",
            "secret_of", "frontends", "PREFIX", "time"]
+
+
+def ready_lab(user, lesson="linux-basics", timeout=180):
+    """A ready session of lesson for user (any open session of theirs is ended
+    first): (Api, session JSON); AssertionError if it fails or cannot start."""
+    api = Api(user)
+    api.end_current()
+    r = api.start(lesson)
+    if r.status != 201:
+        raise AssertionError(f"start: {r}")
+    s = api.wait_state(r.json["id"], ("ready", "failed"), timeout)
+    if s["state"] != "ready":
+        raise AssertionError(f"not ready: {s.get('error')}")
+    return api, s
+
+
+def ticket_url(api, sid):
+    """The console URL of a fresh ticket for session sid."""
+    r = api.ticket(sid)
+    if r.status != 200:
+        raise AssertionError(f"console-ticket: {r}")
+    return r.json["url"]
