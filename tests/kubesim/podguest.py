@@ -18,8 +18,12 @@ runs it:
   drop` (`ALL`: none) plus `add`, really applied with setpriv: the bounding,
   inheritable and ambient sets, so a root process in the container holds
   exactly those. `allowPrivilegeEscalation: false` is no_new_privs. Exec'd
-  processes (kubectl exec, probes) get the same. seccomp profiles are not
-  applied (the capability sets already refuse mount, unshare and raw sockets).
+  processes (kubectl exec, probes) get the same.
+- seccomp: with the effective profile RuntimeDefault (controllers/pods.py
+  decides) the command and every exec'd process run under the runtime's
+  default profile (seccomp_exec.py: keyctl, add_key, bpf, unshare, mount ...
+  fail with EPERM), installed just before setpriv and the exec, as runc
+  does; Unconfined (or no profile: the kubelet's default) installs none.
 - /dev is the container's own tmpfs (null, zero, full, random, urandom, tty,
   a private devpts, shm) with `terminationMessagePath` (default
   /dev/termination-log) a file the kubelet reads when the container ends.
@@ -41,12 +45,15 @@ import termios
 import fcntl
 import time
 
-from guests import GUEST_PATH, GuestError, ProcessGuest, _sq, spawner
+from guests import GUEST_PATH, HERE, GuestError, ProcessGuest, _sq, spawner
 
 DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
                 "SETPCAP", "NET_BIND_SERVICE", "NET_RAW", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE",
                 "SETFCAP"]
 TERMINATION_LOG = "/dev/termination-log"
+SECCOMP_PROFILES = ("RuntimeDefault",)     # what PodGuest(seccomp=...) can apply
+with open(os.path.join(HERE, "seccomp_exec.py")) as _f:
+    SECCOMP_EXEC = _f.read()
 
 
 def capabilities(sc):
@@ -66,13 +73,16 @@ class PodGuest(ProcessGuest):
 
     def __init__(self, name, workdir, ip, command, env=None, caps=(), no_new_privs=False,
                  volumes=(), working_dir=None, termination_path=TERMINATION_LOG,
-                 hostname=None, log=None, hide=(), net=None):
+                 hostname=None, log=None, hide=(), net=None, seccomp=None):
         super().__init__(name, workdir, None, ip, hostname=hostname or name, log=log,
                          hide=hide, net=net)
         self.command = list(command)
         self.cenv = dict(env or {})
         self.caps = list(caps)
         self.no_new_privs = no_new_privs
+        if seccomp not in (None,) + SECCOMP_PROFILES:
+            raise GuestError(f"seccomp profile {seccomp!r} is not supported")
+        self.seccomp = seccomp
         self.volumes = list(volumes)     # [(mountPath, {relpath: (bytes, mode)})]
         self.working_dir = working_dir or "/"
         self.termination_path = termination_path or TERMINATION_LOG
@@ -81,11 +91,16 @@ class PodGuest(ProcessGuest):
 
     # ------------------------------------------------------------ helpers
     def _setpriv(self):
+        # the seccomp filter first (it needs CAP_SYS_ADMIN, or no_new_privs), then the caps
+        pre = []
+        if self.seccomp == "RuntimeDefault":
+            pre = ["/usr/bin/python3", "-I", "-S", "-c", SECCOMP_EXEC,
+                   ",".join(self.caps) or "-", "--"]
         bset = ",".join(["-all"] + ["+" + c.lower() for c in self.caps])
         argv = ["setpriv", "--bounding-set=" + bset, "--inh-caps=-all", "--ambient-caps=-all"]
         if self.no_new_privs:
             argv.append("--no-new-privs")
-        return argv + ["--"]
+        return pre + argv + ["--"]
 
     def _env(self, tty=False):
         e = {"PATH": GUEST_PATH, "HOSTNAME": self.hostname, "HOME": "/root"}

@@ -19,6 +19,13 @@ same way virt-handler runs a VMI's guest.
   Succeeded; OnFailure restarts a failure, Always anything: restartCount + 1,
   `lastState` the terminated one, `waiting: CrashLoopBackOff` during the
   back-off (the profile's attach_retry doubled per restart, at most 5 min).
+- seccomp: the effective `seccompProfile` (the container's, else the pod's)
+  RuntimeDefault runs the container under the runtime's default profile
+  (podguest.py, seccomp_exec.py); Unconfined, or none (the kubelet's default
+  without `--seccomp-default`), under none. Localhost: this node has no
+  profile files (/var/lib/kubelet/seccomp is empty), so as the kubelet does
+  for a missing file the container is not created: `waiting:
+  CreateContainerError`, event Failed, retried.
 - A container that cannot be created (the runtime refused it) is terminated
   with exit code 128, reason StartError."""
 import base64
@@ -31,6 +38,7 @@ from util import dig
 from .base import cond
 from .runtime import GuestWorkers
 
+SECCOMP_ROOT = "/var/lib/kubelet/seccomp/"
 PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "timeoutSeconds": 1,
                   "successThreshold": 1, "failureThreshold": 3}
 
@@ -88,6 +96,15 @@ class PodContainers:
         if not command:
             command = ["/bin/sh"]          # the image's default entrypoint
         env = {e["name"]: e.get("value", "") for e in c.get("env") or [] if "name" in e}
+        prof = sc.get("seccompProfile") or {}
+        seccomp = prof.get("type") or "Unconfined"
+        if seccomp == "Localhost":
+            f = SECCOMP_ROOT + (prof.get("localhostProfile") or "")
+            self._create_error(pod, f'failed to generate security options for container '
+                                    f'"{c.get("name")}": failed to generate seccomp security '
+                                    f'profile option: cannot load seccomp profile "{f}": '
+                                    f'open {f}: no such file or directory')
+            return
         ip = self.k.ips.get(uid) or self.k.ipam.alloc()
         self.k.ips[uid] = ip
         kw = dict(name=md["name"], workdir=self.sim.guest_dir(md.get("namespace"), md["name"], uid),
@@ -96,10 +113,22 @@ class PodContainers:
                   volumes=self._volumes(pod), working_dir=c.get("workingDir"),
                   termination_path=c.get("terminationMessagePath"),
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log,
-                  hide=[self.sim.state_dir], net=self.sim.podnet)
+                  hide=[self.sim.state_dir], net=self.sim.podnet,
+                  seccomp=None if seccomp == "Unconfined" else seccomp)
         self.runtime.start(uid, PodGuest, kw, f"pod {md.get('namespace')}/"
                            f"{md['name']}")
         self.probes.pop(uid, None)
+
+    def _create_error(self, pod, msg):
+        """The runtime refused to create the container: waiting CreateContainerError,
+        retried after the back-off like the kubelet's sync loop."""
+        k = (pod["metadata"]["uid"], "create-retry")
+        if self.k.due.get(k, 0) > time.monotonic():
+            return
+        self.api.event(pod, "Warning", "Failed", "Error: " + msg, "kubelet")
+        self.k._pod_status(pod, containerStatuses=self.k._container_statuses(
+            pod, {"waiting": {"reason": "CreateContainerError", "message": msg}}))
+        self.k.due[k] = time.monotonic() + self.k.profile.delay("attach_retry") * 5
 
     def pending(self, pod):
         """A bound pod whose images are there: create its container, then Running."""
