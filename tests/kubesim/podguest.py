@@ -43,6 +43,7 @@ import struct
 import subprocess
 import termios
 import fcntl
+import glob
 import time
 
 from guests import GUEST_PATH, HERE, GuestError, ProcessGuest, _sq, spawner
@@ -54,6 +55,13 @@ TERMINATION_LOG = "/dev/termination-log"
 SECCOMP_PROFILES = ("RuntimeDefault",)     # what PodGuest(seccomp=...) can apply
 with open(os.path.join(HERE, "seccomp_exec.py")) as _f:
     SECCOMP_EXEC = _f.read()
+
+
+def seccomp_missing():
+    """Why RuntimeDefault cannot be applied on this machine, or None."""
+    if glob.glob("/usr/lib/python3/dist-packages/seccomp.cpython-*.so"):
+        return None
+    return "the RuntimeDefault seccomp profile needs Debian's python3-seccomp (tests/deps)"
 
 
 def capabilities(sc):

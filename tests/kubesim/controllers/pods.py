@@ -85,7 +85,7 @@ class PodContainers:
 
     def start(self, pod):
         """Create the container (the caller holds the store lock)."""
-        from podguest import PodGuest, capabilities
+        from podguest import PodGuest, capabilities, seccomp_missing
         md = pod["metadata"]
         uid = md["uid"]
         spec = pod["spec"]
@@ -104,6 +104,9 @@ class PodContainers:
                                     f'"{c.get("name")}": failed to generate seccomp security '
                                     f'profile option: cannot load seccomp profile "{f}": '
                                     f'open {f}: no such file or directory')
+            return
+        if seccomp == "RuntimeDefault" and seccomp_missing():
+            self._create_error(pod, seccomp_missing())
             return
         ip = self.k.ips.get(uid) or self.k.ipam.alloc()
         self.k.ips[uid] = ip
