@@ -49,6 +49,8 @@ struct job {
 static const struct cfg *cfg;
 static const struct lessons *lessons;
 static pthread_t stream_thread;
+static pthread_t *driver_threads; /* joined at stop: nothing of theirs outlives it */
+static int ndriver_threads;
 static int started;
 static volatile int stopping;
 static int wake_pipe[2] = {-1, -1};
@@ -281,6 +283,9 @@ static void *driver(void *arg)
 	/* a driver waits long on the agent: never on a connection kept from
 	 * another guest that had the same address */
 	x.agent.fresh = 1;
+	/* a held watch or /ready ends when the process stops */
+	x.kube.cancel = &stopping;
+	x.agent.cancel = &stopping;
 	pthread_mutex_lock(&jmu);
 	while (!stopping) {
 		struct job *pick = NULL;
@@ -612,13 +617,17 @@ int stream_start(const struct cfg *c, const struct lessons *ls)
 		log_err("event streams: cannot start the stream thread");
 		return -1;
 	}
+	driver_threads = calloc((size_t)c->stream_drivers + 1, sizeof *driver_threads);
+	if (!driver_threads) {
+		log_err("event streams: out of memory");
+		return -1;
+	}
 	for (int i = 0; i < c->stream_drivers; i++) {
-		pthread_t t;
-		if (pthread_create(&t, NULL, driver, NULL) != 0) {
+		if (pthread_create(&driver_threads[i], NULL, driver, NULL) != 0) {
 			log_err("event streams: cannot start driver %d", i);
 			return -1;
 		}
-		pthread_detach(t);
+		ndriver_threads++;
 	}
 	started = 1;
 	return 0;
@@ -635,5 +644,11 @@ void stream_stop(void)
 	if (write(wake_pipe[1], "x", 1) < 0 && errno != EAGAIN)
 		log_warn("event streams: cannot wake the stream thread: %s", strerror(errno));
 	pthread_join(stream_thread, NULL);
-	/* the drivers are detached: a held watch ends with the process */
+	/* a driver's held watch or /ready ends at its next progress check
+	 * (libcurl: about a second at the most), its agent retries at once */
+	for (int i = 0; i < ndriver_threads; i++)
+		pthread_join(driver_threads[i], NULL);
+	free(driver_threads);
+	driver_threads = NULL;
+	ndriver_threads = 0;
 }

@@ -50,6 +50,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	    .max_body = AGENT_MAX_BODY,
 	    .no_proxy = 1,
 	    .fresh = a->fresh,
+	    .cancel = a->cancel,
 	};
 	a->msg[0] = '\0';
 	code = httpc_call(a->h, &rq, &a->body, why, sizeof why);

@@ -17,6 +17,7 @@ struct agent {
 	 * is gone, whose address a new guest now has (no RST: the call would
 	 * wait for its whole timeout) */
 	int fresh;
+	const volatile int *cancel; /* set: calls end at once (httpc_req.cancel) */
 	/* the last held /ready?wait that answered 200 (agent_ready_wait): a
 	 * plain agent_ready() of the same guest (address and token) right
 	 * after it is answered from it, without asking again (the flag never

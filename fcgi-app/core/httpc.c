@@ -1,5 +1,6 @@
 #include "httpc.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +49,13 @@ static struct curl_slist *headers(const struct httpc_req *rq)
 		if (curl_easy_setopt(h, opt, val) != CURLE_OK)                                     \
 			goto setopt;                                                               \
 	} while (0)
+
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return *(const volatile int *)ud != 0; /* non-zero: CURLE_ABORTED_BY_CALLBACK */
+}
 
 long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg, size_t msglen)
 {
@@ -104,6 +112,11 @@ long httpc_call(CURL *h, const struct httpc_req *rq, struct buf *body, char *msg
 	SET(CURLOPT_ERRORBUFFER, err);
 	SET(CURLOPT_WRITEFUNCTION, on_body);
 	SET(CURLOPT_WRITEDATA, &sink);
+	if (rq->cancel) {
+		SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+		SET(CURLOPT_XFERINFODATA, (void *)(uintptr_t)rq->cancel);
+		SET(CURLOPT_NOPROGRESS, 0L);
+	}
 	if (rq->on_header) {
 		SET(CURLOPT_HEADERFUNCTION, rq->on_header);
 		SET(CURLOPT_HEADERDATA, rq->header_ud);

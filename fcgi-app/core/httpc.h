@@ -32,6 +32,9 @@ struct httpc_req {
 	 * watch); return 0 to go on, 1 to stop the transfer (not an error) */
 	int (*on_data)(const char *data, size_t n, void *ud);
 	void *data_ud;
+	/* optional: a flag that ends the call (within about a second, even a
+	 * held one) once it is set: a process that stops */
+	const volatile int *cancel;
 };
 
 /* One call on h. The answer's body goes to *body (reset first). Returns the

@@ -93,6 +93,7 @@ long kube_call(struct kube *k, const char *method, const char *path, const cJSON
 	    .connect_timeout_ms = 3000,
 	    .timeout_ms = k->cfg->kube_timeout_ms,
 	    .max_body = KUBE_MAX_BODY,
+	    .cancel = k->cancel,
 	};
 	code = httpc_call(k->h, &rq, &k->body, why, sizeof why);
 	if (!code) {
@@ -290,6 +291,7 @@ long kube_watch(struct kube *k, const char *path, long timeout_ms,
 	    .max_body = KUBE_MAX_BODY,
 	    .on_data = watch_data,
 	    .data_ud = &w,
+	    .cancel = k->cancel,
 	};
 	long code = httpc_call(k->h, &rq, &k->body, why, sizeof why);
 	/* the server ending the watch at timeoutSeconds, or our own timeout

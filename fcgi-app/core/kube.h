@@ -21,7 +21,8 @@ struct kube {
 	char msg[512];        /* last error, fit for logs and answers (no secrets) */
 	double ms;            /* time spent in API calls since kube_reset_timer */
 	unsigned calls;
-	const char *accept; /* the next calls' Accept header (NULL: application/json) */
+	const char *accept;         /* the next calls' Accept header (NULL: application/json) */
+	const volatile int *cancel; /* set: calls end at once (httpc_req.cancel) */
 };
 
 /* 0 ok, -1 failure (message in k->msg). */
