@@ -46,6 +46,10 @@ enum hres api_operator_overview(struct req *r);
 enum hres api_operator_end(struct req *r);
 /* After each answer: count the events the database cannot derive (api_metrics.c). */
 void api_metrics_request_done(struct req *r);
+/* Operators' routes (labvm.conf `operators`): 0 for an operator, else 1
+ * with a 403 forbidden answered (api_metrics.c). */
+int api_is_operator(const struct cfg *c, const char *user);
+int api_refuse_non_operator(struct req *r);
 /* the warm pool, for operators (api_pool.c) */
 enum hres api_pool_get(struct req *r);
 enum hres api_pool_warm(struct req *r);

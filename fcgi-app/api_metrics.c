@@ -49,7 +49,6 @@ static const struct family {
 };
 #define NFAM (sizeof families / sizeof families[0])
 
-int api_is_operator(const struct cfg *c, const char *user);
 int api_is_operator(const struct cfg *c, const char *user)
 {
 	const char *p = c->operators;
@@ -65,6 +64,14 @@ int api_is_operator(const struct cfg *c, const char *user)
 		p += w;
 	}
 	return 0;
+}
+
+int api_refuse_non_operator(struct req *r)
+{
+	if (api_is_operator(r->x->cfg, r->user))
+		return 0;
+	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
+	return 1;
 }
 
 static void family_head(struct buf *b, const char *name, const char *type, const char *help)

@@ -19,16 +19,6 @@
 #include "pool.h"
 #include "session.h"
 
-int api_is_operator(const struct cfg *c, const char *user); /* api_metrics.c */
-
-static int refuse(struct req *r)
-{
-	if (api_is_operator(r->x->cfg, r->user))
-		return 0;
-	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
-	return 1;
-}
-
 static int query_n(struct req *r)
 {
 	const char *q = FCGX_GetParam("QUERY_STRING", r->fr->envp);
@@ -56,7 +46,7 @@ enum hres api_operator_overview(struct req *r)
 {
 	struct labctx *x = r->x;
 	char nbuf[16];
-	if (refuse(r))
+	if (api_refuse_non_operator(r))
 		return H_DONE;
 	int n = query_n(r);
 	snprintf(nbuf, sizeof nbuf, "%d", n);
@@ -170,7 +160,7 @@ enum hres api_operator_overview(struct req *r)
 enum hres api_operator_end(struct req *r)
 {
 	struct session s;
-	if (refuse(r))
+	if (api_refuse_non_operator(r))
 		return H_DONE;
 	int rc = session_load(r->x, r->param, &s);
 	if (rc == SESSION_DBERR)

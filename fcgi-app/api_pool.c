@@ -16,20 +16,10 @@
 #include "log.h"
 #include "pool.h"
 
-int api_is_operator(const struct cfg *c, const char *user); /* api_metrics.c */
-
-static int refuse(struct req *r)
-{
-	if (api_is_operator(r->x->cfg, r->user))
-		return 0;
-	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
-	return 1;
-}
-
 enum hres api_pool_get(struct req *r)
 {
 	struct pool_counts k = {0};
-	if (refuse(r))
+	if (api_refuse_non_operator(r))
 		return H_DONE;
 	pool_tick(r->x, NULL, &k); /* an operator watching the pool keeps it moving */
 	cJSON *o = pool_status_json(r->x);
@@ -47,7 +37,7 @@ enum hres api_pool_warm(struct req *r)
 	const cJSON *until = cJSON_GetObjectItemCaseSensitive(r->json, "until");
 	char err[600];
 
-	if (refuse(r))
+	if (api_refuse_non_operator(r))
 		return H_DONE;
 	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lesson) || !cJSON_IsNumber(count) ||
 	    count->valuedouble != (double)count->valueint || (from && !cJSON_IsString(from)) ||
@@ -82,7 +72,7 @@ enum hres api_pool_warm(struct req *r)
 enum hres api_pool_cancel(struct req *r)
 {
 	char *end;
-	if (refuse(r))
+	if (api_refuse_non_operator(r))
 		return H_DONE;
 	long id = strtol(r->param, &end, 10);
 	if (*end || id <= 0) {

@@ -11,7 +11,8 @@ import subprocess
 import threading
 import time
 
-from labtest import PREFIX, Api, Db, Kube, env, frontends, reset_world, users, wait_until
+from labtest import (PREFIX, Api, Db, Kube, env, frontends, lighttpd_fcgi_pids, pg_ctl,
+                     reset_world, users, wait_until)
 from tap import T
 
 t = T()
@@ -252,30 +253,6 @@ def newcomer_behind_line():
     end_all(holders[1:])
 
 
-def lighttpd_fcgi_pids():
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            envs = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"labvm.fcgi") and b"lighttpd" in parent and \
-                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs:
-            out.append(int(pid))
-    return out
-
-
-def pg(*args):
-    data = os.path.join(STATE, "pg", "data")
-    log = os.path.join(STATE, "pg", "server.log")
-    return subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl",
-                           "-D", data, "-l", log, "-w", "-t", "30", *args],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
 
 
 @t.test(name="the line survives a labvm.fcgi restart and a PostgreSQL restart")
@@ -294,7 +271,7 @@ def survives_restarts():
                    "a poll after the restart")
     t.eq((r.json["state"], r.json["queue"]["position"]), ("queued", 2),
          "after labvm.fcgi restarted: still 2nd", r.json)
-    r = pg("restart", "-m", "fast")
+    r = pg_ctl("restart", "-m", "fast")
     t.require(r.returncode == 0, f"pg restart: {r.stderr}")
     db = Db()
     r = b.get(sb)

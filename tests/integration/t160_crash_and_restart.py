@@ -10,7 +10,7 @@ import urllib.parse
 
 import labstack
 
-from labtest import PREFIX, Api, Db, Kube, env, reset_world, wait_until
+from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, pg_ctl, reset_world, wait_until
 from tap import T
 
 t = T()
@@ -21,35 +21,12 @@ ENV = env("LABVM_ENVIRONMENT")
 STATE = env("LABVM_STATE")
 
 
-def fcgi_pids():
-    """labvm.fcgi processes serving this stack's lighttpd (same LABVM_CONF)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            envs = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if not (cmd and cmd[0].endswith(b"labvm.fcgi") and
-                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs):
-            continue
-        try:  # lighttpd's own children only (Apache's run under spawn-fcgi, unsupervised)
-            ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if b"lighttpd" in parent:
-            out.append(int(pid))
-    return out
-
 
 @t.test(name="labvm.fcgi killed mid-start: no session row, labelled leftovers, reaper reclaims")
 def killed_mid_start():
     api = Api("student220", timeout=20)
     kube.fault(verb="create", resource="virtualmachines", delay_ms=3000, times=1)
-    before = set(fcgi_pids())
+    before = set(lighttpd_fcgi_pids())
     t.require(before, "found lighttpd's labvm.fcgi processes")
     import threading
     result = {}
@@ -58,7 +35,7 @@ def killed_mid_start():
     # the Secret exists once the VM create is pending
     wait_until(lambda: kube.list("secrets", f"{PREFIX}/lab-session=true"), 10, 0.05,
                "the Secret created")
-    for pid in fcgi_pids():
+    for pid in lighttpd_fcgi_pids():
         os.kill(pid, signal.SIGKILL)
     th.join(30)
     kube.clear_faults()
@@ -80,21 +57,12 @@ def killed_mid_start():
     wait_until(lambda: not kube.lab_vms() and not kube.list("secrets", f"{PREFIX}/lab-session=true"),
                15, what="the leftovers reclaimed")
     # lighttpd starts new workers; the same student can start again
-    wait_until(lambda: set(fcgi_pids()) - before, 15, what="lighttpd restarted labvm.fcgi")
+    wait_until(lambda: set(lighttpd_fcgi_pids()) - before, 15, what="lighttpd restarted labvm.fcgi")
     r = wait_until(lambda: (lambda x: x if x.status == 201 else None)(api.start("linux-basics")),
                    15, 0.5, "a start after the crash")
     t.eq(r.status, 201, "a new start works")
     api.end(r.json["id"])
 
-
-def pg(*args):
-    """pg_ctl on the stack's cluster; the server's output goes to its log file
-    (a captured pipe would be held open by the postmaster)."""
-    data = os.path.join(STATE, "pg", "data")
-    log = os.path.join(STATE, "pg", "server.log")
-    return subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl",
-                           "-D", data, "-l", log, "-w", "-t", "30", *args],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
 
 
 def all_fcgi_pids():
@@ -161,7 +129,7 @@ def db_restart():
     # every worker holds a connection that the restart will kill
     codes, n = touch_all_workers(sid, want)
     t.require(n == want, f"every worker has its database connection before: {n} of {want}")
-    r = pg("restart", "-m", "fast")
+    r = pg_ctl("restart", "-m", "fast")
     t.require(r.returncode == 0, f"pg restart: {r.stderr}")
     _db.clear()
     t.eq(worker_connections(), 0, "the restart dropped every worker's connection")
@@ -176,7 +144,7 @@ def db_restart():
 def db_down():
     api = Api("student222")
     wait_until(lambda: not kube.lab_vms(), 20, what="no lab VM before the test")
-    r = pg("stop", "-m", "fast")
+    r = pg_ctl("stop", "-m", "fast")
     t.require(r.returncode == 0, f"pg stop: {r.stderr}")
     try:
         r = api.start("linux-basics")

@@ -19,7 +19,7 @@ import threading
 
 import websockets
 
-from labtest import PREFIX, Api, Db, Kube, env, reset_world, users, wait_until
+from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
 from tap import T
 
 t = T()
@@ -286,23 +286,6 @@ def create_fails():
                 "AND state IN ('starting', 'ready')"), (0,), "no session row")
 
 
-def fcgi_pids():
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            envs = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"labvm.fcgi") and \
-                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs and b"lighttpd" in parent:
-            out.append(int(pid))
-    return out
-
 
 def reap(*args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
@@ -323,14 +306,14 @@ def killed_mid_creation():
     t.eq(kube.create(NADS, foreign).status, 201, "another environment's NAD")
     api = Api("student352", timeout=20)
     kube.fault(verb="create", resource="virtualmachines", delay_ms=3000, times=1)
-    before = set(fcgi_pids())
+    before = set(lighttpd_fcgi_pids())
     t.require(before, "found lighttpd's labvm.fcgi processes")
     res = {}
     th = threading.Thread(target=lambda: res.setdefault("r", api.start("test-multi")))
     th.start()
     wait_until(lambda: kube.list("secrets", f"{PREFIX}/lab-session=true,{PREFIX}/environment={ENV}"),
                10, 0.05, "the first machine's Secret created")
-    for pid in fcgi_pids():
+    for pid in lighttpd_fcgi_pids():
         os.kill(pid, signal.SIGKILL)
     th.join(30)
     kube.clear_faults()
@@ -349,7 +332,7 @@ def killed_mid_creation():
     t.eq([n["metadata"]["name"] for n in kube.list(NADS, f"{PREFIX}/lab-session=true")],
          ["foreign-net"], "another environment's NAD untouched")
     kube.delete(NADS, "foreign-net")
-    wait_until(lambda: set(fcgi_pids()) - before, 15, what="lighttpd restarted labvm.fcgi")
+    wait_until(lambda: set(lighttpd_fcgi_pids()) - before, 15, what="lighttpd restarted labvm.fcgi")
 
 
 @t.test(name="the reaper reclaims an expired multi-machine session whole")

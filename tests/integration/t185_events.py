@@ -4,12 +4,10 @@ one event each with the session JSON and an id; Last-Event-ID resumes
 without loss or repetition; owner only; a final event at ready, failed and
 ended; keepalive comments; open across a PostgreSQL restart; through
 lighttpd and Apache, unbuffered; and streams hold no FastCGI worker."""
-import os
 import socket
-import subprocess
 import threading
 
-from labtest import Api, Db, Kube, env, frontends, reset_world, wait_until
+from labtest import Api, Db, Kube, env, frontends, pg_ctl, reset_world, wait_until
 from sse import Stream, events_path
 from tap import T
 
@@ -145,13 +143,6 @@ def keepalive():
     api.end_current()
 
 
-def pg(*args):
-    data = os.path.join(STATE, "pg", "data")
-    log = os.path.join(STATE, "pg", "server.log")
-    return subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl",
-                           "-D", data, "-l", log, "-w", "-t", "30", *args],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
-
 
 @t.test(name="a stream stays open across a PostgreSQL restart and gets what happens after it")
 def across_pg_restart():
@@ -160,7 +151,7 @@ def across_pg_restart():
     st = Stream(events_path(sid), "student267")
     first = st.next()
     t.eq(first.json["state"], "starting", "starting")
-    r = pg("restart", "-m", "fast")
+    r = pg_ctl("restart", "-m", "fast")
     t.require(r.returncode == 0, f"pg restart: {r.stderr}")
     before = int(first.id)
     # the same connection: whatever the session does next (the deadline, or

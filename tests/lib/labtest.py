@@ -1,5 +1,6 @@
 """Shared fixtures for labvm's integration suites (the stack is up)."""
 import os
+import subprocess
 import time
 
 from labclient import Api, Db, Kube, env, wait_until
@@ -75,3 +76,37 @@ def ticket_url(api, sid):
     if r.status != 200:
         raise AssertionError(f"console-ticket: {r}")
     return r.json["url"]
+
+
+def lighttpd_fcgi_pids():
+    """labvm.fcgi processes serving this stack's lighttpd (same LABVM_CONF;
+    Apache's run under spawn-fcgi, unsupervised)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            envs = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if not (cmd and cmd[0].endswith(b"labvm.fcgi") and
+                f"LABVM_CONF={env('LABVM_CONF')}".encode() in envs):
+            continue
+        try:
+            ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+            parent = open(f"/proc/{ppid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"lighttpd" in parent:
+            out.append(int(pid))
+    return out
+
+
+def pg_ctl(*args):
+    """pg_ctl on the stack's PostgreSQL (e.g. "restart", "-m", "fast")."""
+    state = env("LABVM_STATE")
+    return subprocess.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl",
+                           "-D", os.path.join(state, "pg", "data"),
+                           "-l", os.path.join(state, "pg", "server.log"), "-w", "-t", "30", *args],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
