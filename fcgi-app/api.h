@@ -33,6 +33,8 @@ typedef enum hres (*handler_fn)(struct req *r);
 void router_dispatch(struct req *r);
 
 enum hres api_lessons(struct req *r);
+/* GET /api/lessons/{id}/guide?lang=en|ja (api_guide.c): from memory only */
+enum hres api_lesson_guide(struct req *r);
 enum hres api_healthz(struct req *r);
 enum hres api_session_create(struct req *r);
 enum hres api_session_get(struct req *r);

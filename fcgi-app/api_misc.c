@@ -38,6 +38,8 @@ enum hres api_lessons(struct req *r)
 		if (l->runtime == RUNTIME_VM)
 			jx_add_str(e, "disk", lesson_disk_str(l->disk));
 		jx_add_num(e, "grader_steps", (double)l->nsteps);
+		/* GET /api/lessons/{id}/guide answers (its English guide, at least) */
+		jx_add_bool(e, "guide", l->guide.text != NULL);
 		if (l->nmachines) {
 			cJSON *ms = jx_add_arr(e, "machines");
 			for (size_t j = 0; j < l->nmachines; j++)

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "check_guide.h"
 #include "check_lesson.h"
 #include "cloudinit.h"
 #include "lesson.h"
@@ -171,6 +172,38 @@ static void check_cloud_config(struct ctx *c, const struct lesson *l)
 	free(ud);
 }
 
+/* The lesson's guides (check_guide.c): read as labvm reads them at load,
+ * relative to the lesson file's folder (its lessons_dir), then scanned. */
+static void guide_report(void *ctx, int error, const char *msg)
+{
+	report(ctx, error, "%s", msg);
+}
+
+static void check_guides(struct ctx *c, struct lesson *l)
+{
+	char err[768];
+	const char *slash = strrchr(c->file, '/');
+	char *dir = slash ? xstrndup(c->file, (size_t)(slash - c->file)) : xstrdup(".");
+	if (slash && slash == c->file) {
+		free(dir);
+		dir = xstrdup("/");
+	}
+	if (lesson_guides_load(l, dir, err, sizeof err) < 0) {
+		report(c, 1, "%s", err);
+	} else {
+		if (l->guide.text)
+			check_guide(l, &l->guide, "guide", dir, guide_report, c);
+		if (l->guide_ja.text)
+			check_guide(l, &l->guide_ja, "i18n.ja.guide", dir, guide_report, c);
+		if (l->guide.text)
+			printf("%s: guide: %s (%zu bytes)%s%s%s\n", c->file, l->guide.path,
+			       l->guide.len, l->guide_ja.text ? ", Japanese " : "",
+			       l->guide_ja.text ? l->guide_ja.path : "",
+			       l->guide.folder ? "" : " (no folder of its own: no images)");
+	}
+	free(dir);
+}
+
 static const char *const top_keys[] = {"id",
                                        "title",
                                        "description",
@@ -191,10 +224,12 @@ static const char *const top_keys[] = {"id",
                                        "setup",
                                        "grader",
                                        "machines",
+                                       "guide",
+                                       "shell",
                                        NULL};
 static const char *const file_keys[] = {"path", "content", "mode", NULL};
 static const char *const step_keys[] = {"name", "command", "timeout_s", "machine", "i18n", NULL};
-static const char *const i18n_keys[] = {"title", "description", NULL};
+static const char *const i18n_keys[] = {"title", "description", "guide", NULL};
 
 static const char *const reserved[] = {"/opt/labvm/",   "/etc/labvm/",   "/var/lib/labvm/",
                                        GUEST_SETUP_LOG, GUEST_AUTOLOGIN, NULL};
@@ -277,6 +312,7 @@ static void check_one(const char *file, int *bad)
 		if (l.runtime == RUNTIME_VM)
 			for (size_t mi = 0; mi < lesson_nmachines(&l); mi++)
 				check_cloud_config(&c, lesson_machine(&l, mi));
+		check_guides(&c, &l);
 		if (!c.errors)
 			printf("%s: lesson \"%s\" (%s, %s disk): %zu files, %s, %zu grader steps, "
 			       "timeouts %d s running / %d s ready\n",

@@ -38,6 +38,7 @@ static const struct {
     [E_USER_TOO_LONG] = {"bad_request", 400},
     [E_STREAMS_FULL] = {"streams_full", 503},
     [E_NEVER_FITS] = {"never_fits", 409},
+    [E_NO_GUIDE] = {"no_guide", 404},
 };
 
 static const char *status_text(int s)
@@ -49,6 +50,8 @@ static const char *status_text(int s)
 		return "Created";
 	case 202:
 		return "Accepted";
+	case 304:
+		return "Not Modified";
 	case 400:
 		return "Bad Request";
 	case 401:
@@ -188,9 +191,10 @@ void resp_header(struct req *r, const char *name, const char *fmt, ...)
 	buf_printf(&r->headers, "%s: %s\r\n", name, v);
 }
 
-void resp_json(struct req *r, int status, cJSON *body)
+void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_control,
+                      const char *etag)
 {
-	char *json = jx_print(body);
+	char *json = body ? jx_print(body) : NULL;
 	struct labctx *x = r->x;
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
@@ -200,19 +204,29 @@ void resp_json(struct req *r, int status, cJSON *body)
 		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
-	             "Content-Type: application/json; charset=utf-8\r\n"
-	             "Cache-Control: no-store\r\n"
+	             "%s"
+	             "Cache-Control: %s\r\n"
+	             "%s%s%s"
 	             "X-Content-Type-Options: nosniff\r\n"
 	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
 	             "%s\r\n",
-	             status, status_text(status), x->db.ms, x->kube.ms, x->agent.ms, total,
-	             r->headers.p ? r->headers.p : "");
-	FCGX_PutStr(json, (int)strlen(json), r->fr->out);
-	FCGX_PutS("\n", r->fr->out);
+	             status, status_text(status),
+	             json ? "Content-Type: application/json; charset=utf-8\r\n" : "", cache_control,
+	             etag ? "ETag: " : "", etag ? etag : "", etag ? "\r\n" : "", x->db.ms,
+	             x->kube.ms, x->agent.ms, total, r->headers.p ? r->headers.p : "");
+	if (json) {
+		FCGX_PutStr(json, (int)strlen(json), r->fr->out);
+		FCGX_PutS("\n", r->fr->out);
+	}
 	if (FCGX_GetError(r->fr->out))
 		log_warn("writing the response failed (client gone?)");
 	cJSON_free(json);
 	cJSON_Delete(body);
+}
+
+void resp_json(struct req *r, int status, cJSON *body)
+{
+	resp_json_cached(r, status, body, "no-store", NULL);
 }
 
 cJSON *error_json(enum api_err e, const char *message)

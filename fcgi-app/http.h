@@ -42,6 +42,7 @@ enum api_err {
 	E_USER_TOO_LONG,          /* 400 bad_request (REMOTE_USER longer than tickets allow) */
 	E_STREAMS_FULL,           /* 503 streams_full (stream_max event streams open here) */
 	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
+	E_NO_GUIDE,               /* 404 no_guide (a lesson without a guide) */
 };
 
 struct req {
@@ -76,6 +77,10 @@ void resp_header(struct req *r, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Write status, headers and the JSON body; takes ownership of body. */
 void resp_json(struct req *r, int status, cJSON *body);
+/* resp_json with the answer's own Cache-Control (instead of no-store) and an
+ * ETag when etag is not NULL; body NULL: no body (304 Not Modified). */
+void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_control,
+                      const char *etag);
 /* {"error": code, "message": ...} with the error's status. */
 void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

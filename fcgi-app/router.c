@@ -26,6 +26,7 @@ struct route {
 
 static const struct route routes[] = {
     {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
+    {"GET", "/api/lessons/*/guide", api_lesson_guide, NEED_USER, NULL},
     {"GET", "/api/healthz", api_healthz, 0, NULL},
     {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
     {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},

@@ -2,12 +2,17 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include "util.h"
@@ -108,6 +113,8 @@ static void item_prefix(char *err, size_t errlen, const char *array, size_t i)
 }
 
 static int parse_steps(const cJSON *a, struct lesson *l, int machine, char *err, size_t errlen);
+static int parse_guide_paths(const cJSON *o, struct lesson *l, char *err, size_t errlen);
+static void guide_free(struct lesson_guide *g);
 static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t errlen);
 
 /* One lesson (or one machine's merged view of it) from its JSON object. */
@@ -381,6 +388,216 @@ static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t er
 	return 0;
 }
 
+/* ------------------------------------------------------------ guides */
+
+int lesson_guide_path_ok(const char *path, char *err, size_t errlen)
+{
+	const char *p = path;
+	if (!*path || path[0] == '/' || strlen(path) > 1024) {
+		snprintf(
+		    err, errlen,
+		    "must be a file relative to lessons_dir (not absolute, at most 1024 bytes)");
+		return -1;
+	}
+	/* each segment a plain name: no "..", ".", empty or hidden segment (the
+	 * front ends serve no dot file either) */
+	while (*p) {
+		const char *end = strchr(p, '/');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		if (n == 0 || p[0] == '.' || memchr(p, '\\', n)) {
+			snprintf(
+			    err, errlen,
+			    "must stay inside lessons_dir: no \"..\", \".\", hidden or empty path "
+			    "segments, no backslashes");
+			return -1;
+		}
+		p += n;
+		if (*p == '/')
+			p++;
+	}
+	if (path[strlen(path) - 1] == '/') {
+		snprintf(err, errlen, "must name a file, not a folder");
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_guide_paths(const cJSON *o, struct lesson *l, char *err, size_t errlen)
+{
+	char why[256];
+	const cJSON *ja = kj_get_ja(o);
+	if (get_str(o, "guide", 0, &l->guide.path, err, errlen) < 0)
+		return -1;
+	if (ja && get_str(ja, "guide", 0, &l->guide_ja.path, err, errlen) < 0) {
+		char tmp[512];
+		snprintf(tmp, sizeof tmp, "%s", err);
+		snprintf(err, errlen, "i18n.ja: %s", tmp);
+		return -1;
+	}
+	if (l->guide.path && lesson_guide_path_ok(l->guide.path, why, sizeof why) < 0) {
+		snprintf(err, errlen, "\"guide\": \"%.200s\" %s", l->guide.path, why);
+		return -1;
+	}
+	if (l->guide_ja.path && lesson_guide_path_ok(l->guide_ja.path, why, sizeof why) < 0) {
+		snprintf(err, errlen, "i18n.ja.guide: \"%.200s\" %s", l->guide_ja.path, why);
+		return -1;
+	}
+	if (l->guide_ja.path && !l->guide.path) {
+		snprintf(err, errlen,
+		         "i18n.ja.guide needs \"guide\" too (the English guide every other "
+		         "language falls back to)");
+		return -1;
+	}
+	return 0;
+}
+
+/* The first byte that is not UTF-8 (or a NUL), or len when all are. */
+static size_t utf8_bad_at(const unsigned char *s, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		unsigned c = s[i];
+		size_t n;
+		unsigned min;
+		if (c == 0)
+			return i;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			n = 1;
+			min = 0x80;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			n = 2;
+			min = 0x800;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			n = 3;
+			min = 0x10000;
+		} else {
+			return i;
+		}
+		unsigned cp = c & (0x3f >> n);
+		for (size_t k = 1; k <= n; k++) {
+			if (i + k >= len || (s[i + k] & 0xc0) != 0x80)
+				return i;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return i;
+		i += n + 1;
+	}
+	return len;
+}
+
+static int guide_load(struct lesson_guide *g, const char *field, const char *lang, const char *dir,
+                      char *err, size_t errlen)
+{
+	char *full = xasprintf("%s/%s", dir, g->path);
+	char rdir[PATH_MAX], rfull[PATH_MAX];
+	struct stat st;
+	int rc = -1;
+
+	if (!realpath(dir, rdir) || !realpath(full, rfull)) {
+		snprintf(err, errlen,
+		         "%s: \"%.200s\": %s (the path is relative to lessons_dir %.200s)", field,
+		         g->path, strerror(errno), dir);
+		goto out;
+	}
+	size_t dl = strlen(rdir);
+	if (strncmp(rfull, rdir, dl) != 0 || rfull[dl] != '/') {
+		snprintf(err, errlen, "%s: \"%.200s\" is a symbolic link out of lessons_dir", field,
+		         g->path);
+		goto out;
+	}
+	if (stat(rfull, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: \"%.200s\" is not a regular file", field, g->path);
+		goto out;
+	}
+	g->text = util_read_file(rfull, LESSON_GUIDE_MAX, &g->len);
+	if (!g->text) {
+		if (errno == EFBIG)
+			snprintf(err, errlen, "%s: \"%.200s\" is larger than %u bytes (4 MiB)",
+			         field, g->path, LESSON_GUIDE_MAX);
+		else
+			snprintf(err, errlen, "%s: \"%.200s\": %s", field, g->path,
+			         strerror(errno));
+		goto out;
+	}
+	size_t bad = utf8_bad_at((const unsigned char *)g->text, g->len);
+	if (bad < g->len) {
+		size_t line = 1;
+		for (size_t i = 0; i < bad; i++)
+			line += g->text[i] == '\n';
+		snprintf(err, errlen, "%s: \"%.200s\", line %zu: %s (a guide is UTF-8 text)", field,
+		         g->path, line, g->text[bad] ? "not valid UTF-8" : "a NUL byte");
+		free(g->text);
+		g->text = NULL;
+		g->len = 0;
+		goto out;
+	}
+	/* its folder's URL, when the guide sits in a folder of its own under guides/ */
+	const char *slash = strrchr(g->path, '/');
+	size_t gl = strlen(LESSON_GUIDE_DIR);
+	if (strncmp(g->path, LESSON_GUIDE_DIR, gl) == 0 && slash && slash > g->path + gl)
+		g->folder = xasprintf("/%.*s/", (int)(slash - g->path), g->path);
+	{
+		/* the ETag: the answer's parts (lang served, folder, the bytes) */
+		unsigned char md[EVP_MAX_MD_SIZE];
+		unsigned mdlen = 0;
+		const char *f = g->folder ? g->folder : "";
+		EVP_MD_CTX *c = EVP_MD_CTX_new();
+		if (!c || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1 ||
+		    EVP_DigestUpdate(c, lang, strlen(lang) + 1) != 1 ||
+		    EVP_DigestUpdate(c, f, strlen(f) + 1) != 1 ||
+		    EVP_DigestUpdate(c, g->text, g->len) != 1 ||
+		    EVP_DigestFinal_ex(c, md, &mdlen) != 1 || mdlen < 16) {
+			EVP_MD_CTX_free(c);
+			snprintf(err, errlen, "%s: hashing the guide failed (OpenSSL)", field);
+			goto out;
+		}
+		EVP_MD_CTX_free(c);
+		g->etag[0] = '"';
+		for (int i = 0; i < 16; i++)
+			snprintf(g->etag + 1 + 2 * i, 3, "%02x", md[i]);
+		g->etag[33] = '"';
+		g->etag[34] = '\0';
+	}
+	rc = 0;
+out:
+	free(full);
+	return rc;
+}
+
+int lesson_guides_load(struct lesson *l, const char *dir, char *err, size_t errlen)
+{
+	if (l->guide.path && guide_load(&l->guide, "guide", "en", dir, err, errlen) < 0)
+		return -1;
+	if (l->guide_ja.path &&
+	    guide_load(&l->guide_ja, "i18n.ja.guide", "ja", dir, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+const struct lesson_guide *lesson_guide_for(const struct lesson *l, const char *lang,
+                                            const char **served)
+{
+	if (lang && strcmp(lang, "ja") == 0 && l->guide_ja.text) {
+		*served = "ja";
+		return &l->guide_ja;
+	}
+	*served = "en";
+	return l->guide.text ? &l->guide : NULL;
+}
+
+static void guide_free(struct lesson_guide *g)
+{
+	free(g->path);
+	free(g->text);
+	free(g->folder);
+	memset(g, 0, sizeof *g);
+}
+
 int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
 {
 	cJSON *o = cJSON_ParseWithLength(json, len);
@@ -395,6 +612,8 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 	/* the machines first (the lesson's grader steps name them), then the
 	 * lesson's own steps, which go first in the grade */
 	if (parse_obj(o, l, !multi, err, errlen) < 0)
+		goto fail;
+	if (parse_guide_paths(o, l, err, errlen) < 0)
 		goto fail;
 	if (parse_machines(o, l, err, errlen) < 0)
 		goto fail;
@@ -486,6 +705,10 @@ int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen)
 		} else if (!rc && lesson_parse(text, len, &out->v[out->n], sub, sizeof sub) < 0) {
 			snprintf(err, errlen, "%s: %s", path, sub);
 			rc = -1;
+		} else if (!rc && lesson_guides_load(&out->v[out->n], dir, sub, sizeof sub) < 0) {
+			snprintf(err, errlen, "%s: %s", path, sub);
+			lesson_free(&out->v[out->n]);
+			rc = -1;
 		} else if (!rc && lessons_find(out, out->v[out->n].id)) {
 			snprintf(err, errlen, "%s: lesson id \"%s\" is used twice", path,
 			         out->v[out->n].id);
@@ -541,6 +764,8 @@ void lesson_free(struct lesson *l)
 	free(l->disk_size);
 	free(l->memory);
 	free(l->setup);
+	guide_free(&l->guide);
+	guide_free(&l->guide_ja);
 	memset(l, 0, sizeof *l);
 }
 

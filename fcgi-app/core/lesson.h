@@ -22,6 +22,25 @@ struct grader_step {
 	int machine;   /* index into the lesson's machines (0 when it has none) */
 };
 
+/* A lesson's guide (lesson field "guide", "i18n": {"ja": {"guide"}}): a
+ * Markdown file relative to lessons_dir, read once at load (at most
+ * LESSON_GUIDE_MAX bytes, valid UTF-8 without NUL bytes) and kept in memory
+ * with its ETag, so that serving it (GET /api/lessons/{id}/guide) never reads
+ * a file or the database. */
+#define LESSON_GUIDE_MAX (4u << 20)
+/* The front ends serve a guide's images from lessons_dir's folder "guides"
+ * at this URL: a guide in guides/<name>/ has its images there, at
+ * /guides/<name>/... (conf/lighttpd, conf/apache). */
+#define LESSON_GUIDE_DIR "guides/"
+
+struct lesson_guide {
+	char *path;    /* as the lesson names it (relative to lessons_dir); NULL = none */
+	char *text;    /* the Markdown (NUL-terminated), once loaded */
+	size_t len;    /* its bytes */
+	char *folder;  /* the URL of its folder ("/guides/<name>/"), NULL when it is not in one */
+	char etag[36]; /* "\"<32 hex>\"": the first 128 bits of SHA-256 of the answer's parts */
+};
+
 /* A machine's name: a DNS-1123 label short enough for the VM name
  * "lab-<32 hex>-<name>" to stay a label (63). */
 #define MACHINE_NAME_MAX 20
@@ -59,6 +78,7 @@ struct lesson {
 	size_t nmachines;
 	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
 	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
+	struct lesson_guide guide, guide_ja; /* the lesson's own (not a machine's) */
 };
 
 /* How many VMs a session of this lesson has, and the i-th one's lesson. */
@@ -76,6 +96,16 @@ struct lessons {
 int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen);
 /* Parse one lesson from JSON text (used by lessons_load and the tests). */
 int lesson_parse(const char *json, size_t len, struct lesson *out, char *err, size_t errlen);
+/* Check a guide path as the lesson names it: 0, or -1 with why in err. */
+int lesson_guide_path_ok(const char *path, char *err, size_t errlen);
+/* Read the lesson's guides from dir (its lessons_dir): 0, or -1 with err
+ * naming the field, the file and what is wrong (missing, too large, not
+ * UTF-8 at line N, a symbolic link out of dir). lessons_load calls it. */
+int lesson_guides_load(struct lesson *l, const char *dir, char *err, size_t errlen);
+/* The guide to serve for lang ("ja" prefers guide_ja): NULL when the lesson
+ * has none; *served is the language of the one returned ("en" or "ja"). */
+const struct lesson_guide *lesson_guide_for(const struct lesson *l, const char *lang,
+                                            const char **served);
 const struct lesson *lessons_find(const struct lessons *ls, const char *id);
 void lesson_free(struct lesson *l);
 void lessons_free(struct lessons *ls);
