@@ -367,6 +367,8 @@ def check():
         os.makedirs(les)
         lesson = dict(base)
         lesson.pop("grader")
+        lesson.pop("guide", None)   # its guide files are not in this folder
+        lesson.pop("i18n", None)
         lesson.update(machines=machines, **extra)
         json.dump(lesson, open(os.path.join(les, "x.json"), "w"))
         text = re.sub(r"(?m)^lessons_dir = .*$", f"lessons_dir = {les}", conf_text)

@@ -335,6 +335,10 @@ class Stack:
             for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
                 if n.endswith(".json"):
                     shutil.copy(os.path.join(d, n), lessons)
+            # the lesson guides (lesson field "guide"), served at /guides/ too
+            if os.path.isdir(os.path.join(d, "guides")):
+                shutil.copytree(os.path.join(d, "guides"), os.path.join(lessons, "guides"),
+                                dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py"))
         sd = self.path("kubesim")
         conf = {
             "environment": self.environment,
@@ -381,13 +385,26 @@ class Stack:
         os.chmod(out, 0o644)
         return out
 
+    def lessons_dir(self):
+        """labvm.conf's lessons_dir (a front end of tests/e2e/frontend.py
+        serves the shared stack's), else this stack's."""
+        try:
+            with open(self.conf) as f:
+                for line in f:
+                    k, _, v = line.partition("=")
+                    if k.strip() == "lessons_dir" and v.strip():
+                        return v.strip()
+        except OSError:
+            pass
+        return self.path("lessons")
+
     def render(self, template, out, extra):
         with open(template) as f:
             text = f.read()
         values = {
             "STATE": self.state, "SRC": SRC, "BIN": self.bindir, "WEB": os.path.join(SRC, "web"),
             "CONF": self.conf, "CONSOLE_PORT": str(self.ports["console"]),
-            "HTPASSWD": self.write_htpasswd(),
+            "HTPASSWD": self.write_htpasswd(), "LESSONS": self.lessons_dir(),
         }
         values.update(extra)
         for k, v in values.items():

@@ -30,7 +30,10 @@ TOOL = os.path.join(BIN, "..", "tests", "tool_manifests")
 lessons = tempfile.mkdtemp()
 for d in ("conf/lessons", "tests/lessons"):
     for n in os.listdir(os.path.join(SRC, d)):
-        shutil.copy(os.path.join(SRC, d, n), lessons)
+        if os.path.isdir(os.path.join(SRC, d, n)):   # guides/: the lessons' guides
+            shutil.copytree(os.path.join(SRC, d, n), os.path.join(lessons, n), dirs_exist_ok=True)
+        else:
+            shutil.copy(os.path.join(SRC, d, n), lessons)
 docs = [json.loads(line) for line in
         subprocess.run([TOOL, lessons], check=True, capture_output=True, text=True).stdout.splitlines()]
 shutil.rmtree(lessons)
