@@ -33,19 +33,38 @@ static const char *query_lang(struct req *r)
 	return "en";
 }
 
-/* If-None-Match names etag (weak comparison, RFC 9110 13.1.2), or is "*". */
+/* If-None-Match names etag (weak comparison, RFC 9110 13.1.2), or is "*".
+ * A front end that compresses the answer may have changed the tag it gave
+ * the browser to "<tag>-br" or "<tag>-gzip" (lighttpd's mod_deflate): the
+ * same guide. */
+static int tag_is(const char *p, const char *etag, size_t *used)
+{
+	static const char *const enc[] = {"", "-br", "-gzip", "-deflate", "-zstd", NULL};
+	size_t el = strlen(etag) - 1; /* without the closing quote */
+	if (strncmp(p, etag, el) != 0)
+		return 0;
+	for (const char *const *e = enc; *e; e++) {
+		size_t n = strlen(*e);
+		if (strncmp(p + el, *e, n) == 0 && p[el + n] == '"') {
+			*used = el + n + 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static int none_match(const char *inm, const char *etag)
 {
-	size_t el = strlen(etag);
 	for (const char *p = inm; p && *p;) {
+		size_t used = 0;
 		while (*p == ' ' || *p == '\t' || *p == ',')
 			p++;
 		if (*p == '*')
 			return 1;
 		if (strncmp(p, "W/", 2) == 0)
 			p += 2;
-		if (strncmp(p, etag, el) == 0 &&
-		    (p[el] == '\0' || p[el] == ',' || p[el] == ' ' || p[el] == '\t'))
+		if (tag_is(p, etag, &used) &&
+		    (p[used] == '\0' || p[used] == ',' || p[used] == ' ' || p[used] == '\t'))
 			return 1;
 		const char *next = strchr(p, ',');
 		if (!next)

@@ -571,7 +571,7 @@ out:
 
 int lesson_guides_load(struct lesson *l, const char *dir, char *err, size_t errlen)
 {
-	if (l->guide.path && guide_load(&l->guide, "guide", "en", dir, err, errlen) < 0)
+	if (l->guide.path && guide_load(&l->guide, "\"guide\"", "en", dir, err, errlen) < 0)
 		return -1;
 	if (l->guide_ja.path &&
 	    guide_load(&l->guide_ja, "i18n.ja.guide", "ja", dir, err, errlen) < 0)
