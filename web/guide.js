@@ -161,23 +161,29 @@
 
     render(markdown) {
       const t0 = performance.now();
+      const ph = {};
+      const lap = (k, t) => { ph[k] = Math.round(performance.now() - t); return performance.now(); };
       const md = newMarkdown();
       const tpl = document.createElement('template');
-      tpl.innerHTML = md.render(String(markdown || ''));   // inert: nothing loads or runs in a template
+      const html = md.render(String(markdown || ''));
+      let t = lap('parse', t0);
+      tpl.innerHTML = html;   // inert: nothing loads or runs in a template
       const frag = tpl.content;
       this.sanitize(frag);
+      t = lap('sanitize', t);
       this.checks = [];
       const stats = { checks: 0, runs: 0, hints: 0, bytes: String(markdown || '').length };
       this.alerts(frag, stats);
       this.code(frag, stats);
       this.headings(frag, stats);
+      t = lap('build', t);
       this.body.replaceChildren(frag);
-      // a code block that scrolls sideways must be reachable by keyboard
-      const pres = [...this.body.querySelectorAll('pre')];
-      const wide = pres.filter((p) => p.scrollWidth > p.clientWidth + 1);
-      for (const p of wide) p.tabIndex = 0;
+      lap('insert', t);
+      // code wraps (guide.css: pre-wrap), so no block scrolls sideways and
+      // none needs to be a tab stop; no layout is forced here
       if (this.results) this.setResults(this.results);
       stats.ms = performance.now() - t0;
+      stats.phases = ph;
       return stats;
     }
 
@@ -269,7 +275,8 @@
         const state = el('span', { class: 'labguide-sr', text: this.t('notGraded') + ': ' });
         n.prepend(mark, el('span', { class: 'labguide-check-label', text: this.t('check') }), ' ', state);
         const box = el('details', { class: 'labguide-result', hidden: true });
-        box.append(el('summary', {}), el('pre', { class: 'labguide-output' }));
+        // the output may scroll (guide.css): reachable by keyboard
+        box.append(el('summary', {}), el('pre', { class: 'labguide-output', tabindex: '0' }));
         n.after(box);
         this.checks.push({ spec, heading: n, mark, state, box });
       }
