@@ -14,7 +14,11 @@
  *     coming back);
  *   - terminal: bytes and time for what the terminal needs (xterm.js, its
  *     CSS, the fit addon, through vendor/manifest.json where there is one),
- *     fetched by the page after the first load, with an empty cache.
+ *     fetched by the page after the first load, with an empty cache;
+ *   - guide: the same for what the lesson guide adds when a lab starts
+ *     (markdown-it, guide.js, guide.css and linux-basics' guide from
+ *     GET /api/lessons/linux-basics/guide), none of which the lesson list
+ *     loads.
  * URLs default to LABVM_LIGHTTPD_URL and LABVM_APACHE_URL (else LABVM_URL),
  * then to .check/env or .demo/env. A figure for the closing note of an
  * issue, not a test: nothing is asserted.
@@ -67,6 +71,19 @@ function parseArgs() {
 }
 
 /* One load in a page whose CDP session throttles it; returns bytes, time, requests. */
+/* Fetch urls from the page (empty cache): {ms, bytes on the wire}. */
+async function fetchAll(page, reqs, urls) {
+  const n0 = reqs.size;
+  const ms = await page.evaluate(async (list) => {
+    const t0 = performance.now();
+    await Promise.all(list.map((u) => fetch(u, { cache: 'no-store' }).then((r) => r.arrayBuffer())));
+    return performance.now() - t0;
+  }, urls);
+  await new Promise((r) => setTimeout(r, 300));
+  const more = [...reqs.values()].slice(n0);
+  return { ms, bytes: more.reduce((n, r) => n + r.bytes, 0) };
+}
+
 async function load(ctx, url, terminal) {
   const page = await ctx.newPage();
   const cdp = await ctx.newCDPSession(page);
@@ -87,22 +104,23 @@ async function load(ctx, url, terminal) {
   const list = [...reqs.values()];
   const bytes = list.reduce((n, r) => n + r.bytes, 0);
   let term = null;
+  let guide = null;
   if (terminal) {
-    const n0 = reqs.size;
-    const t = await page.evaluate(async () => {
-      const t0 = performance.now();
-      let urls = ['/vendor/xterm.js', '/vendor/xterm.css'];
-      const m = await fetch('/vendor/manifest.json', { cache: 'no-store' });
-      if (m.ok) urls = Object.values(await m.json());
-      await Promise.all(urls.map((u) => fetch(u, { cache: 'no-store' }).then((r) => r.arrayBuffer())));
-      return performance.now() - t0;
-    });
-    await new Promise((r) => setTimeout(r, 300));
-    const more = [...reqs.values()].slice(n0);
-    term = { ms: t, bytes: more.reduce((n, r) => n + r.bytes, 0) };
+    let man = null;
+    try {
+      man = await page.evaluate(async () => {
+        const m = await fetch('/vendor/manifest.json', { cache: 'no-store' });
+        return m.ok ? m.json() : null;
+      });
+    } catch (e) { man = null; }
+    const isGuide = (k) => k.startsWith('markdown-it');
+    const xterm = man ? Object.entries(man).filter(([k]) => !isGuide(k)).map(([, u]) => u) : ['/vendor/xterm.js', '/vendor/xterm.css'];
+    term = await fetchAll(page, reqs, xterm);
+    const md = man ? Object.entries(man).filter(([k]) => isGuide(k)).map(([, u]) => u) : [];
+    if (md.length) guide = await fetchAll(page, reqs, [...md, '/guide.js', '/guide.css', '/api/lessons/linux-basics/guide?lang=en']);
   }
   await page.close();
-  return { ms, bytes, reqs: list, term };
+  return { ms, bytes, reqs: list, term, guide };
 }
 
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
@@ -136,6 +154,7 @@ async function main() {
         first: { bytes: median(cold.map((x) => x.bytes)), ms: median(cold.map((x) => x.ms)) },
         repeat: { bytes: median(warm.map((x) => x.bytes)), ms: median(warm.map((x) => x.ms)) },
         terminal: { bytes: median(cold.map((x) => x.term.bytes)), ms: median(cold.map((x) => x.term.ms)) },
+        guide: cold[0].guide ? { bytes: median(cold.map((x) => x.guide.bytes)), ms: median(cold.map((x) => x.guide.ms)) } : null,
         requests: detail.map((q) => ({ path: new URL(q.url).pathname, status: q.status, bytes: q.bytes, encoding: q.enc || '' })),
       };
       results.push(r);
@@ -143,6 +162,7 @@ async function main() {
       console.log(`  first load:  ${kib(r.first.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.first.ms / 1000).toFixed(2)} s`);
       console.log(`  repeat load: ${kib(r.repeat.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.repeat.ms / 1000).toFixed(2)} s`);
       console.log(`  terminal:    ${kib(r.terminal.bytes).padStart(7)} KiB on the wire, fetched in ${(r.terminal.ms / 1000).toFixed(2)} s (xterm.js and co., empty cache)`);
+      if (r.guide) console.log(`  guide:       ${kib(r.guide.bytes).padStart(7)} KiB on the wire, fetched in ${(r.guide.ms / 1000).toFixed(2)} s (markdown-it, guide.js/.css, linux-basics' guide; with a lab, not the list)`);
       for (const q of r.requests) {
         console.log(`    ${String(q.status).padStart(3)} ${kib(q.bytes).padStart(7)} KiB ${(q.encoding || '-').padEnd(5)} ${q.path}`);
       }
