@@ -222,7 +222,9 @@
         return;
       }
       if (href.startsWith('#')) {
-        a.setAttribute('href', '#guide-' + decodeURIComponent(href.slice(1)));
+        let frag = href.slice(1);
+        try { frag = decodeURIComponent(frag); } catch (e) { /* as written */ }
+        a.setAttribute('href', '#guide-' + slug(frag));
         return;
       }
       const local = inFolder(href, this.opts.folder);
@@ -331,7 +333,7 @@
         const bar = el('div', { class: 'labguide-bar' });
         if (run && machine && machines.length) bar.append(el('span', { class: 'labguide-machine', text: this.t('on', { m: machine }) }));
         const copy = el('button', { type: 'button', class: 'labguide-copy', 'aria-controls': id, text: this.t('copy') });
-        copy.addEventListener('click', () => this.copy(copy, text));
+        copy.addEventListener('click', () => this.copy(copy, text, pre));
         bar.append(copy);
         if (run) {
           stats.runs++;
@@ -350,13 +352,20 @@
       }
     }
 
-    async copy(button, text) {
+    async copy(button, text, pre) {
       let ok = false;
       try {
         await navigator.clipboard.writeText(text);
         ok = true;
       } catch (e) {
+        // no clipboard here (a page over plain HTTP, a refusal): select the
+        // block so that the student's own copy key takes it
         ok = false;
+        const r = document.createRange();
+        r.selectNodeContents(pre);
+        const sel = window.getSelection();
+        sel.removeAllRanges();
+        sel.addRange(r);
       }
       const was = this.t('copy');
       button.textContent = ok ? this.t('copied') : this.t('copy');
