@@ -23,7 +23,7 @@
  *     4403  ticket not for this user / session / VM
  *     4409  session not ready yet
  *     4410  session ended (or failed, or unknown)
- *     4429  too many consoles open for this session
+ *     4429  too many consoles open for this session's machine
  *     4502  upstream console failed (could not open, or closed by KubeVirt)
  *     4503  service unavailable (database down or too slow): try again
  *     1001  bridge shutting down

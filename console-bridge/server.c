@@ -77,18 +77,28 @@ static void nonce_purge(int64_t now_s)
 
 /* ---------------------------------------------------------------- helpers */
 
-/* The client as the front end saw it (X-Forwarded-For), else the socket peer;
- * for logs only. */
+/* The client as the front end saw it: the LAST element of X-Forwarded-For,
+ * the one the front end appended (lighttpd's mod_proxy and Apache's
+ * mod_proxy append the address they saw; anything before it is whatever the
+ * client sent, issue #26 item 15), else the socket peer; for logs only. An
+ * element that is not an address (or a header too long to read) is not
+ * logged: the socket peer is. */
 static void peer_name(struct lws *wsi, char *out, size_t len)
 {
-	char xff[128];
-	int n = lws_hdr_custom_copy(wsi, xff, sizeof xff, "x-forwarded-for:", 16);
+	char xff[1024];
+	/* a header lws 4.1.6 knows (WSI_TOKEN_X_FORWARDED_FOR): lws_hdr_custom_copy()
+	 * never finds it */
+	int n = lws_hdr_copy(wsi, xff, sizeof xff, WSI_TOKEN_X_FORWARDED_FOR);
 	if (n > 0) {
-		char *comma = strchr(xff, ',');
-		if (comma)
-			*comma = '\0';
-		snprintf(out, len, "%.63s", xff);
-		return;
+		char *last = strrchr(xff, ',');
+		last = last ? last + 1 : xff;
+		last += strspn(last, " \t");
+		size_t l = strcspn(last, " \t");
+		last[l] = '\0';
+		if (l && l < len && strspn(last, "0123456789abcdefABCDEF.:[]") == l) {
+			snprintf(out, len, "%s", last);
+			return;
+		}
 	}
 	if (!lws_get_peer_simple(wsi, out, len))
 		snprintf(out, len, "?");
@@ -291,8 +301,14 @@ static char *stats_json(void)
 	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		open += lws_container_of(d, struct bsession, list)->up_state == UP_OPEN;
 	}
+	/* sessions: lab sessions with a console; consoles: one per (session,
+	 * machine), each with its own upstream */
+	long nsess = bs_count_sessions();
+	if (nsess < 0)
+		goto out;
 	if (!cJSON_AddNumberToObject(o, "browsers", B->conns.count) ||
-	    !cJSON_AddNumberToObject(o, "sessions", B->sessions.count) ||
+	    !cJSON_AddNumberToObject(o, "sessions", (double)nsess) ||
+	    !cJSON_AddNumberToObject(o, "consoles", B->sessions.count) ||
 	    !cJSON_AddNumberToObject(o, "upstreams_open", open) ||
 	    !cJSON_AddNumberToObject(o, "accepted", (double)B->st.accepted) ||
 	    !cJSON_AddNumberToObject(o, "upstream_connects", (double)B->st.upstream_connects) ||
@@ -330,11 +346,13 @@ out:
 static int http_request(struct lws *wsi, struct bconn *c, const char *uri)
 {
 	unsigned char hdr[LWS_PRE + 512], *p = hdr + LWS_PRE, *end = hdr + sizeof hdr;
-	char xff[64];
 
-	/* local callers only: anything the front end forwarded carries X-Forwarded-For */
+	/* local callers only: anything the front end forwarded carries
+	 * X-Forwarded-For (or Forwarded); a header lws knows by token, not a
+	 * custom one */
 	if (strcmp(uri, STATS_PATH) != 0 ||
-	    lws_hdr_custom_copy(wsi, xff, sizeof xff, "x-forwarded-for:", 16) > 0) {
+	    lws_hdr_total_length(wsi, WSI_TOKEN_X_FORWARDED_FOR) > 0 ||
+	    lws_hdr_custom_length(wsi, "forwarded:", 10) > 0) {
 		if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL))
 			return -1;
 		return lws_http_transaction_completed(wsi) ? -1 : 0;

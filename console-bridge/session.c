@@ -25,11 +25,14 @@ static const struct upstream_events up_events = {
     .closed = up_closed,
 };
 
-static struct bsession *bs_find(const char *sid)
+/* A console is one machine's of a session: keyed by (session, vm), so each
+ * machine of a multi-machine session has its own upstream, browsers, replay
+ * and limit, and opening one never closes another (issue #26 item 5). */
+static struct bsession *bs_find(const char *sid, const char *vm)
 {
 	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		struct bsession *s = sess_of(d);
-		if (!s->dead && strcmp(s->sid, sid) == 0)
+		if (!s->dead && strcmp(s->sid, sid) == 0 && strcmp(s->vm, vm) == 0)
 			return s;
 	}
 	return NULL;
@@ -95,16 +98,17 @@ static int open_upstream(struct bsession *s)
 
 int bs_attach(struct bconn *c)
 {
-	struct bsession *s = bs_find(c->sid);
+	struct bsession *s = bs_find(c->sid, c->vm);
 
-	if (s && (strcmp(s->user, c->user) || strcmp(s->vm, c->vm) || s->pod != c->pod)) {
+	if (s && (strcmp(s->user, c->user) || s->pod != c->pod)) {
 		/* checked against the database just now; a stale session object
-		 * (e.g. a VM replaced) gives way to the new facts */
+		 * (a VM of that name now in another user's or runtime's session)
+		 * gives way to the new facts */
 		bs_close(s, BS_CLOSE_ENDED, "session changed");
 		s = NULL;
 	}
 	if (s && (int)s->conns.count >= B->cfg.console_max_per_session) {
-		bc_close(c, BS_CLOSE_TOO_MANY, "too many consoles open for this session", 0);
+		bc_close(c, BS_CLOSE_TOO_MANY, "too many consoles open for this machine", 0);
 		return -1;
 	}
 	int created = 0;
@@ -126,16 +130,17 @@ int bs_attach(struct bconn *c)
 			bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 			return -1;
 		}
-		log_info("session %s: console %llu attached (user %s, %d open, upstream shared)",
-		         s->sid, (unsigned long long)c->id, c->user, (int)s->conns.count);
+		log_info("session %s: console %llu attached (vm %s, user %s, %d open, upstream "
+		         "shared)",
+		         s->sid, (unsigned long long)c->id, s->vm, c->user, (int)s->conns.count);
 		return 0;
 	}
 	if (bc_send_status(c, "connecting") < 0) {
 		bs_close_browser(c, BS_CLOSE_INTERNAL, "out of memory");
 		return -1;
 	}
-	log_info("session %s: console %llu attached (user %s, %d open, upstream %s)", s->sid,
-	         (unsigned long long)c->id, c->user, (int)s->conns.count,
+	log_info("session %s: console %llu attached (vm %s, user %s, %d open, upstream %s)", s->sid,
+	         (unsigned long long)c->id, s->vm, c->user, (int)s->conns.count,
 	         created ? "opening" : "already opening");
 	if (s->up_state == UP_NONE && open_upstream(s) < 0) {
 		bs_close(s, BS_CLOSE_UPSTREAM, "upstream console failed: cannot connect");
@@ -159,8 +164,8 @@ void bs_detach(struct bconn *c)
 			bs_close(s, BS_CLOSE_NORMAL, "last console closed");
 			return;
 		}
-		log_info("session %s: last console left; upstream kept for %d s", s->sid,
-		         B->cfg.console_linger_s);
+		log_info("session %s: last console of vm %s left; upstream kept for %d s", s->sid,
+		         s->vm, B->cfg.console_linger_s);
 	}
 	/* a paused upstream may have been waiting for this (slow) browser only */
 	up_maybe_resume(s);
@@ -176,9 +181,9 @@ void bs_close(struct bsession *s, int code, const char *reason)
 {
 	if (s->dead)
 		return;
-	log_info("session %s: console session closed: %d %s (%d browser%s, %llu bytes down, "
-	         "%llu up)",
-	         s->sid, code, reason, (int)s->conns.count, s->conns.count == 1 ? "" : "s",
+	log_info("session %s: console session of vm %s closed: %d %s (%d browser%s, %llu bytes "
+	         "down, %llu up)",
+	         s->sid, s->vm, code, reason, (int)s->conns.count, s->conns.count == 1 ? "" : "s",
 	         (unsigned long long)s->bytes_down, (unsigned long long)s->bytes_up);
 	s->dead = 1;
 	/* flush output already received, then close with the reason */
@@ -205,9 +210,13 @@ void bs_close_all(int code, const char *reason)
 
 void bs_ended(const char *sid)
 {
-	struct bsession *s = bs_find(sid);
-	if (s)
-		bs_close(s, BS_CLOSE_ENDED, "session ended");
+	/* every machine's console of the session */
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions), *d1; d; d = d1) {
+		d1 = d->next;
+		struct bsession *s = sess_of(d);
+		if (!s->dead && strcmp(s->sid, sid) == 0)
+			bs_close(s, BS_CLOSE_ENDED, "session ended");
+	}
 }
 
 /* ------------------------------------------------------- upstream events */
@@ -340,9 +349,18 @@ void bs_tick(int64_t now)
 	}
 }
 
-int bs_recheck(void)
+static int sid_cmp(const void *a, const void *b)
 {
-	size_t n = 0, i = 0;
+	return strcmp(a, b);
+}
+
+/* The session ids of the live consoles, each once (a session of several
+ * machines has a console per machine), sorted, in *out (malloc'd; NULL when
+ * none). The count, or -1 when out of memory. */
+static long live_sids(char (**out)[37])
+{
+	size_t n = 0, k = 0;
+	*out = NULL;
 	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
 		n += !sess_of(d)->dead;
 	}
@@ -352,11 +370,34 @@ int bs_recheck(void)
 	if (!sids)
 		return -1;
 	for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next) {
-		struct bsession *s = sess_of(d);
+		const struct bsession *s = sess_of(d);
 		if (!s->dead)
-			memcpy(sids[i++], s->sid, 37);
+			memcpy(sids[k++], s->sid, 37);
 	}
-	int rc = db_recheck(sids, i);
+	qsort(sids, k, sizeof *sids, sid_cmp);
+	n = 0;
+	for (size_t i = 0; i < k; i++)
+		if (!n || strcmp(sids[i], sids[n - 1]) != 0)
+			memcpy(sids[n++], sids[i], 37);
+	*out = sids;
+	return (long)n;
+}
+
+long bs_count_sessions(void)
+{
+	char(*sids)[37];
+	long n = live_sids(&sids);
+	free(sids);
+	return n;
+}
+
+int bs_recheck(void)
+{
+	char(*sids)[37];
+	long n = live_sids(&sids);
+	if (n <= 0)
+		return (int)n;
+	int rc = db_recheck(sids, (size_t)n);
 	free(sids);
 	return rc;
 }

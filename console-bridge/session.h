@@ -1,7 +1,8 @@
-/* session.h - one console session: the browsers attached to it, the one
- * upstream they share (upstream.h), the replay ring, flow control between
- * them, and every close with its reason (logged once). Runs on the lws
- * service thread. */
+/* session.h - one console session: one machine's console of a lab session
+ * (keyed by session id and VM: every machine of a multi-machine session has
+ * its own), the browsers attached to it, the one upstream they share
+ * (upstream.h), the replay ring, flow control between them, and every close
+ * with its reason (logged once). Runs on the lws service thread. */
 #ifndef LABVM_CONSOLE_SESSION_H
 #define LABVM_CONSOLE_SESSION_H
 
@@ -54,9 +55,10 @@ void bs_browser_control(struct bconn *c, const void *p, size_t n);
 void bs_browser_drained(struct bconn *c); /* its output fell to BS_DOWN_LOW */
 
 /* From main.c */
-void bs_ended(const char *sid); /* the database says the session ended */
+void bs_ended(const char *sid); /* the database says the session ended: all its machines */
 void bs_tick(int64_t now_ms);   /* handshake timeout and linger */
-int bs_recheck(void);           /* ask the database about every open session */
+int bs_recheck(void);           /* ask the database about every open session (each once) */
+long bs_count_sessions(void);   /* distinct sessions with a console (-1: out of memory) */
 void bs_free_all(void);
 
 #endif

@@ -279,6 +279,9 @@ static void console_bridge(struct req *r, struct buf *b)
 	          "Browser console connections (WebSockets) on this host's labvm-console."},
 	         {"sessions", "labvm_console_sessions",
 	          "Sessions with a console on this host's labvm-console."},
+	         {"consoles", "labvm_console_machine_consoles",
+	          "Machine consoles (one per session and machine, each with its own upstream) on "
+	          "this host's labvm-console."},
 	         {"upstreams_open", "labvm_console_upstreams_open",
 	          "Open upstream serial consoles (KubeVirt) of this host's labvm-console."}};
 	for (size_t i = 0; o && i < sizeof g / sizeof g[0]; i++) {

@@ -1211,7 +1211,8 @@
   }
 
   // for tests and curious students: the page's state, read-only by convention
-  window.labvm = { state: S, get lang() { return lang; }, get console() { return lab && lab.console; } };
+  window.labvm = { state: S, get lang() { return lang; }, get console() { return lab && lab.console; },
+    get consoles() { return lab ? lab.consoles : {}; } };
 
   boot();
 }());

@@ -76,6 +76,35 @@ async function main() {
       assert(cp.includes('on-cp') && !cp.includes('on-worker1'), 'cp\'s terminal kept its own text', cp.slice(-200));
     });
 
+    await step('switching between the tabs and back: every terminal is still live (all '
+      + 'consoles open at once, one bridge console per machine)', async () => {
+      for (const round of [1, 2]) {
+        for (const m of ['worker2', 'cp', 'worker1']) {
+          await page.click(`#tab-${m}`);
+          // the typed line splits the tag, so only the shell's answer matches
+          await typeIn(page, m, `echo "live${round}-""${m}-$(hostname)"`);
+          await page.waitForFunction(([machine, want]) => {
+            const rows = document.querySelector(`#terminal .term-pane[data-machine="${machine}"] .xterm-rows`);
+            return rows && rows.textContent.includes(want);
+          }, [m, `live${round}-${m}-${m}`], { timeout: 15000 }).catch(() => {});
+          const text = await paneText(page, m);
+          assert(text.includes(`live${round}-${m}-${m}`), `${m} answers after switching back (round ${round})`,
+            text.slice(-300));
+        }
+      }
+      const states = await page.evaluate(() => Object.fromEntries(Object.entries(window.labvm.consoles)
+        .map(([k, c]) => [k, c.state])));
+      assert(JSON.stringify(states) === JSON.stringify({ cp: 'open', worker1: 'open', worker2: 'open' }),
+        'every machine\'s console is open', states);
+      const sid = await page.evaluate(() => window.labvm.console.sid);
+      const stats = await (await fetch(ENV.LABVM_CONSOLE_URL.replace(/^ws/, 'http').replace(/\/$/, '')
+        + '/console-stats')).json();
+      const mine = stats.session_list.filter((x) => x.id === sid && !x.closing)
+        .map((x) => [x.browsers, x.upstream]);
+      assert(JSON.stringify(mine) === JSON.stringify([[1, 'open'], [1, 'open'], [1, 'open']]),
+        'the bridge: three consoles of this session, one browser and an open upstream each', stats.session_list);
+    });
+
     await step('each machine\'s serial console gets its own terminal\'s size', async () => {
       await page.click('#tab-worker2');
       const want = await page.evaluate(() => `${window.labvm.console.term.rows} ${window.labvm.console.term.cols}`);

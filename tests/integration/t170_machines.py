@@ -16,9 +16,11 @@ import signal
 import subprocess
 import tempfile
 import threading
+import urllib.request
 
 import websockets
 
+from labconsole import Console, PrivateBridge
 from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
 from tap import T
 
@@ -180,10 +182,112 @@ def tickets():
     loop.close()
 
 
+def bridge_stats(base=None):
+    base = base or env("LABVM_CONSOLE_URL").replace("ws://", "http://").rstrip("/")
+    with urllib.request.urlopen(base + "/console-stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def open_machines(base, api, sid, machines, user="student301"):
+    """A console per machine, each waited open: {machine: Console}."""
+    out = {}
+    for m in machines:
+        c = await Console.open(base, api.ticket(sid, m).json["url"], user)
+        t.ok(await c.opened(30), f"{m}'s console opens", (c.code, c.reason))
+        out[m] = c
+    return out
+
+
+async def say_hostname(c, tag):
+    await c.send(f"printf '{tag}=%s\\n' \"$(hostname)\"\r".encode())
+    ok = await c.until(lambda x: re.search(rf"{tag}=([a-z0-9-]+)\r?\n".encode(), bytes(x.out)), 30)
+    m = re.search(rf"{tag}=([a-z0-9-]+)\r?\n".encode(), bytes(c.out)) if ok else None
+    return m.group(1).decode() if m else None
+
+
+@t.test(name="every machine's console open at once (cp's is not closed by worker1's), each "
+             "answering its own hostname; tabs and replay per machine; the bridge counts "
+             "(session, machine) consoles")
+def consoles_at_once():
+    api, s = lab["api"], lab["s"]
+    front = env("LABVM_URL")
+    loop = asyncio.new_event_loop()
+
+    async def go():
+        cs = await open_machines(front, api, s["id"], MACHINES)
+        for m in MACHINES:      # after the last one opened, every one still answers
+            t.eq(await say_hostname(cs[m], "at-once"), m, f"{m}'s console answers as {m}")
+        t.eq({m: (c.code, c.reason) for m, c in cs.items()}, {m: (None, None) for m in MACHINES},
+             "all three still open", [c.ctl for c in cs.values()])
+        st = bridge_stats()
+        mine = sorted((x["vm"], x["browsers"], x["upstream"]) for x in st["session_list"]
+                      if x["id"] == s["id"] and not x["closing"])
+        t.eq(mine, sorted((v["name"], 1, "open") for v in s["vms"]),
+             "the bridge: one console per machine of the session, each with its upstream", st)
+        t.ok(st["consoles"] >= 3 and st["sessions"] <= st["consoles"],
+             "consoles counted per (session, machine), sessions once", st)
+        # a second tab of worker1 shares worker1's console, not cp's
+        w1b = await Console.open(front, api.ticket(s["id"], "worker1").json["url"], "student301")
+        t.ok(await w1b.opened(30), "a second tab of worker1 opens")
+        t.ok(await w1b.until(lambda x: b"at-once=worker1" in x.out, 30)
+             and b"at-once=cp" not in w1b.out and b"at-once=worker2" not in w1b.out,
+             "it replays worker1's output only", bytes(w1b.out[-300:]))
+        await cs["worker1"].send(b"echo shared''-w1\r")
+        t.ok(await w1b.until(lambda x: b"shared-w1\r\n" in x.out, 30),
+             "what the first tab types shows in the second")
+        t.ok(b"shared-w1" not in cs["cp"].out and b"shared-w1" not in cs["worker2"].out,
+             "and not on the other machines")
+        await w1b.close()
+        # a reconnect of cp gets cp's own replay back
+        await cs["cp"].close()
+        cp2 = await Console.open(front, api.ticket(s["id"], "cp").json["url"], "student301")
+        t.ok(await cp2.opened(30), "cp reconnects")
+        t.ok(await cp2.until(lambda x: b"at-once=cp" in x.out, 30)
+             and b"at-once=worker" not in cp2.out, "cp's replay is cp's", bytes(cp2.out[-300:]))
+        t.eq((cs["worker1"].code, cs["worker2"].code), (None, None),
+             "the other machines' consoles stayed open meanwhile")
+        for c in [cp2, cs["worker1"], cs["worker2"]]:
+            await c.close()
+    loop.run_until_complete(go())
+    loop.close()
+
+
+@t.test(name="console_max_per_session counts per machine: one tab on each machine at once, a "
+             "second tab on one of them 4429, the others untouched")
+def max_per_machine():
+    api, s = lab["api"], lab["s"]
+    br = PrivateBridge("t170-max", console_max_per_session=1)
+    loop = asyncio.new_event_loop()
+
+    async def go():
+        cs = await open_machines(br.base, api, s["id"], MACHINES)
+        extra = await Console.open(br.base, api.ticket(s["id"], "worker2").json["url"], "student301")
+        await extra.closed(60)
+        t.eq(extra.code, 4429, "a second tab on worker2 is refused", (extra.code, extra.reason))
+        for m in MACHINES:
+            t.eq(await say_hostname(cs[m], "max1"), m, f"{m}'s one tab still works")
+        for c in cs.values():
+            await c.close()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
+        br.close()
+
+
 @t.test(name="ending the session deletes every VM, every Secret, then the NAD")
 def end_all():
     api, s = lab["api"], lab["s"]
+    loop = asyncio.new_event_loop()
+    cs = loop.run_until_complete(open_machines(env("LABVM_URL"), api, s["id"], MACHINES))
     t.eq(api.end(s["id"]).status, 200, "ended")
+
+    async def closed():
+        return {m: await c.closed(60) for m, c in cs.items()}
+    got = loop.run_until_complete(closed())
+    loop.close()
+    t.eq(got, {m: (4410, "session ended") for m in MACHINES},
+         "every machine's console closes with 4410 at the end")
     wait_until(lambda: nothing_left(s["id"]), 20, what="everything of the session gone")
     t.ok(True, "no VM, Secret or NAD left")
 

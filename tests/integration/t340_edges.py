@@ -152,6 +152,25 @@ def user_check():
     t.eq(console(main_port, ticket_url(), "student341"), "open", "the right user opens it")
 
 
+@t.test(name="/console-stats answers local callers only: a request carrying X-Forwarded-For "
+             "or Forwarded (anything a front end passed on) gets 404")
+def stats_local_only():
+    import urllib.error
+    import urllib.request
+    main_port = int(env("LABVM_CONSOLE_URL").rsplit(":", 1)[1].split("/")[0])
+
+    def get(headers):
+        req = urllib.request.Request(f"http://127.0.0.1:{main_port}/console-stats", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+    t.eq(get({}), 200, "a local caller gets the statistics")
+    t.eq(get({"X-Forwarded-For": "127.0.0.1"}), 404, "with X-Forwarded-For: 404")
+    t.eq(get({"Forwarded": "for=127.0.0.1"}), 404, "with Forwarded: 404")
+
+
 @t.test(name="teardown of the lab")
 def teardown():
     lab["api"].end(lab["id"])

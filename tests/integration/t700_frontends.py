@@ -68,11 +68,11 @@ def end_open(api):
         api.end(r.json["id"])
 
 
-async def ws_try(url, headers):
+async def ws_try(url, headers, **kw):
     """Open a console WebSocket; (subprotocol, close code, closed message) or ('refused', status)."""
     try:
         ws = await websockets.connect(url, subprotocols=["labvm-console.v1"], extra_headers=headers,
-                                      open_timeout=10, ping_interval=None, close_timeout=2)
+                                      open_timeout=10, ping_interval=None, close_timeout=2, **kw)
     except websockets.InvalidStatusCode as e:
         return ("refused", e.status_code, None)
     proto = ws.subprotocol
@@ -90,6 +90,26 @@ async def ws_try(url, headers):
         code = None
         await ws.close()
     return (proto, code, closed)
+
+
+async def ws_console(url, headers):
+    """'open' once the bridge says the console is open, else (close code, reason)."""
+    try:
+        ws = await websockets.connect(url, subprotocols=["labvm-console.v1"], extra_headers=headers,
+                                      open_timeout=10, ping_interval=None, close_timeout=2)
+    except websockets.InvalidStatusCode as e:
+        return ("refused", e.status_code)
+    try:
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(m, str) and json.loads(m).get("state") == "open":
+                await ws.close()
+                return "open"
+    except websockets.ConnectionClosed as e:
+        return (e.rcvd.code, e.rcvd.reason) if e.rcvd else (1006, "")
+    except asyncio.TimeoutError:
+        await ws.close()
+        return "timeout"
 
 
 for fe, base in FRONTENDS:
@@ -226,6 +246,65 @@ for fe, base in FRONTENDS:
             t.ok(closed and closed.get("code") == 4401, "the bridge's closed message arrived", closed)
             r = loop.run_until_complete(ws_try(url, {"X-Remote-User": A}))
             t.eq(r[:2], ("refused", 401), "no login: the front end refuses the upgrade")
+        finally:
+            loop.close()
+
+    @t.test(name=f"{fe}: a leaked console ticket of A's opens nothing for B, whatever Forwarded "
+                 "header B adds; A's own opens whatever Forwarded A adds")
+    def leaked_ticket(base=base, api_a=api_a, api_b=api_b, A=A, B=B):
+        end_open(api_a)
+        try:
+            r = api_a.start("linux-basics")
+            t.require(r.status == 201, f"A starts a lab: {r}")
+            sid = r.json["id"]
+            t.require(api_a.wait_state(sid, "ready", 120)["state"] == "ready", "ready")
+            ws = base.replace("http://", "ws://")
+            crafted = [f'for=x;remote_user={A};a="', f'remote_user="{A}"', f'remote_user={A}',
+                       f'for=1.2.3.4;remote_user="{A}", for=127.0.0.1;remote_user="{A}"',
+                       f'remote_user="{A}\\"', f'remote_user="{A}";remote_user="{A}"',
+                       f'for=x;remote_user={A};a="\\"', None]
+            loop = asyncio.new_event_loop()
+            try:
+                for h in crafted:
+                    url = ws + api_a.ticket(sid).json["url"]      # A's ticket, leaked to B
+                    hdr = {"Authorization": basic(B), **({"Forwarded": h} if h else {})}
+                    got = loop.run_until_complete(ws_console(url, hdr))
+                    t.eq(got, (4403, "ticket not for this user"), f"B with A's ticket, Forwarded {h}")
+                own = f'for=x;remote_user={B};a="'
+                url = ws + api_a.ticket(sid).json["url"]
+                got = loop.run_until_complete(ws_console(url, {"Authorization": basic(A),
+                                                               "Forwarded": own}))
+                t.eq(got, "open", f"A with A's ticket, Forwarded {own}: A's console opens")
+            finally:
+                loop.close()
+        finally:
+            end_open(api_a)
+
+    @t.test(name=f"{fe}: the bridge logs the address the front end saw (its own "
+                 "X-Forwarded-For element), never a client's X-Forwarded-For or Forwarded")
+    def peer_logged(base=base, A=A):
+        # the browser connects from 127.0.0.2: what the front end saw and
+        # appended; the front end itself reaches the bridge from 127.0.0.1
+        log = os.path.join(ENV["LABVM_STATE"], "logs", "console.log")
+        loop = asyncio.new_event_loop()
+        try:
+            for xff in ("6.6.6.6", "6.6.6.6, 7.7.7.7", None):
+                sid = str(uuid.uuid4())
+                url = base.replace("http://", "ws://") + f"/console/{sid}?ticket=forged"
+                hdr = {"Authorization": basic(A), "Forwarded": "for=6.6.6.6"}
+                if xff:
+                    hdr["X-Forwarded-For"] = xff
+                got = loop.run_until_complete(ws_try(url, hdr, local_addr=("127.0.0.2", 0)))
+                t.eq(got[1], 4401, f"X-Forwarded-For {xff}: refused (a bad ticket)")
+
+                def line(sid=sid):
+                    with open(log, errors="replace") as f:
+                        return next((x for x in f if sid in x and "refused" in x), None)
+                got = wait_until(line, 20, 0.1, "the bridge's refusal line")
+                t.ok(got and "(peer 127.0.0.2)" in got and "6.6.6.6" not in got
+                     and "7.7.7.7" not in got,
+                     f"X-Forwarded-For {xff}: the peer logged is the browser's address as the "
+                     "front end saw it", got)
         finally:
             loop.close()
 
