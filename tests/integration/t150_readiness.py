@@ -244,7 +244,7 @@ def setup_fails_utf8():
          ("failed", final["error"]), "the row says so")
     wait_until(lambda: gone("virtualmachines", vm_of(final)), 30, what="VM deleted")
     t.ok(gone("secrets", vm_of(final) + "-cloudinit"), "Secret deleted")
-    t.ok(seat_free(s["id"]), "its seat is free")
+    wait_until(lambda: seat_free(s["id"]), 60, what="its seat free (the VM gone, not terminating)")
     t.eq(api.current().status, 404, "no open session: the student can start again")
 
 
@@ -262,7 +262,7 @@ def agent_bad_bytes():
          "each ill-formed byte is U+FFFD, the rest kept", err[:120])
     t.ok(utf8text.valid(err.encode()) and len(err.encode()) <= 1023, "valid UTF-8, cut")
     wait_until(lambda: gone("virtualmachines", vm_of(final)), 30, what="VM deleted")
-    t.ok(seat_free(s["id"]), "its seat is free")
+    wait_until(lambda: seat_free(s["id"]), 60, what="its seat free (the VM gone, not terminating)")
 
 
 reset_world(kube, db)

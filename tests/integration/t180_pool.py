@@ -407,7 +407,7 @@ def yield_multi():
              "no pool VM deleted for a start that could not fit anyway")
         drop(fill[:2])
         wait_until(lambda: len(kube.lab_vms()) == CAPACITY - 2, timeout=30, what="two seats free")
-        wid = warm("linux-basics", 2)
+        wid = warm("linux-basics", 4)  # the first request was cancelled: a target of 4
         wait_ready("linux-basics", 4)
         OP.request("DELETE", f"/api/operator/pool/{wid}")
         r = st.start("test-multi")
