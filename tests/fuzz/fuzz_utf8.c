@@ -90,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 		    strstr(norm, "/../") || norm[strlen(norm) - 1] == '/' ||
 		    (strlen(norm) >= 2 && strcmp(norm + strlen(norm) - 2, "/.") == 0) ||
 		    (strlen(norm) >= 3 && strcmp(norm + strlen(norm) - 3, "/..") == 0) ||
-		    lesson_path_normalise(norm, again, sizeof again) != 0 || strcmp(norm, again) != 0)
+		    lesson_path_normalise(norm, again, sizeof again) != 0 ||
+		    strcmp(norm, again) != 0)
 			abort();
 		const char *r = lesson_path_reserved(norm);
 		if (r && strncmp(norm, r, strlen(r)) != 0)
