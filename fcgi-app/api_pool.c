@@ -21,7 +21,9 @@ enum hres api_pool_get(struct req *r)
 	struct pool_counts k = {0};
 	if (api_refuse_non_operator(r))
 		return H_DONE;
-	pool_tick(r->x, NULL, &k); /* an operator watching the pool keeps it moving */
+	/* an operator watching the pool keeps it moving (not waiting for a tick
+	 * that runs elsewhere) */
+	pool_tick_try(r->x, NULL, &k);
 	cJSON *o = pool_status_json(r->x);
 	if (!o)
 		return api_db_error(r);

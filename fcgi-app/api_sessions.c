@@ -42,6 +42,7 @@
 #define LOCK_USER        "7301"
 #define LOCK_CAPACITY    "7302"
 #define GRADE_OUTPUT_MAX 8192
+#define GRADE_TRUNCATED  "\n[output truncated]"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -649,10 +650,14 @@ static enum step run_start(struct req *r, struct start *st)
 	for (size_t i = 0; i < st->n; i++)
 		st->vms[i].m = lesson_machine(st->lesson, i);
 	enum step rc = admit(r, st);
-	if (rc == STEP_REFUSED && st->err == E_CAPACITY_FULL) {
-		/* students first: an idle pool VM gives its seat, admission once more */
+	/* students first: idle pool VMs give their seats, admission once more;
+	 * only when that makes this start fit: VM seats, nobody in line ahead,
+	 * no more seats short than idle pool VMs (pool_yield: all or none) */
+	long short_by = st->in_use + (long)st->n - c->vm_capacity;
+	if (rc == STEP_REFUSED && st->err == E_CAPACITY_FULL && st->lesson->runtime == RUNTIME_VM &&
+	    st->line == 0 && short_by >= 1) {
 		db_rollback(&x->db);
-		int y = pool_yield(x, st->lesson->id);
+		int y = pool_yield(x, st->lesson->id, (int)short_by, (int)st->n);
 		if (y < 0)
 			return STEP_DB;
 		if (y > 0) {
@@ -880,18 +885,19 @@ static char *step_output(const cJSON *res)
 			buf_puts(&b, "\n");
 		buf_puts(&b, err);
 	}
-	if (b.len > GRADE_OUTPUT_MAX) {
-		/* keep it valid UTF-8: cut at a character boundary */
-		size_t n = GRADE_OUTPUT_MAX;
-		while (n > 0 && ((unsigned char)b.p[n] & 0xC0) == 0x80)
-			n--;
-		b.len = n;
-		b.p[n] = '\0';
-		buf_puts(&b, "\n[output truncated]");
-	}
 	if (!b.p)
 		buf_puts(&b, "");
-	return b.p;
+	/* what a guest printed, any bytes (an agent the student replaced, a Pod's
+	 * exec): valid UTF-8, cut on a character, or the grade's jsonb refuses it */
+	char *all = utf8_clean_dup(b.p, b.len, 3 * b.len);
+	buf_free(&b);
+	if (strlen(all) <= GRADE_OUTPUT_MAX)
+		return all;
+	char *cut = xmalloc(GRADE_OUTPUT_MAX + sizeof GRADE_TRUNCATED);
+	size_t n = utf8_clean_cut(cut, all, GRADE_OUTPUT_MAX);
+	memcpy(cut + n, GRADE_TRUNCATED, sizeof GRADE_TRUNCATED);
+	free(all);
+	return cut;
 }
 
 /* One grader step in a lab Pod, by exec: the agent's answer shape
@@ -925,8 +931,15 @@ static int grade_by_exec(struct req *r, const struct session *s, const struct gr
 		jx_add_num(*res, "exit_code", pr.exit_code);
 	else
 		jx_add_null(*res, "exit_code");
-	jx_add_str(*res, "stdout", pr.out);
-	jx_add_str(*res, "stderr", pr.status_message[0] && !pr.nerr ? pr.status_message : pr.err);
+	/* raw bytes from the Pod (NULs too): valid UTF-8 before they become strings */
+	char *o = utf8_clean_dup(pr.out, pr.nout, 3 * PODEXEC_OUTPUT_MAX);
+	char *e = pr.status_message[0] && !pr.nerr
+	              ? utf8_clean_dup(pr.status_message, strlen(pr.status_message), 1023)
+	              : utf8_clean_dup(pr.err, pr.nerr, 3 * PODEXEC_OUTPUT_MAX);
+	jx_add_str(*res, "stdout", o);
+	jx_add_str(*res, "stderr", e);
+	free(o);
+	free(e);
 	if (pr.timed_out)
 		jx_add_bool(*res, "timed_out", 1);
 	podexec_result_free(&pr);

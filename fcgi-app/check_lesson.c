@@ -5,12 +5,15 @@
  * rule labvm applies when it loads lessons (the message names the field, as
  * a path like files[2].mode, and what is expected); keys labvm does not know
  * (warnings: a typo such as "setpu" would otherwise be ignored); paths
- * reserved for labvm's agent; the setup script and each grader command
+ * reserved for labvm's agent (lesson_parse: normalised, then refused); the
+ * setup script and each grader command
  * through `sh -n`; and the cloud-config labvm renders for the lesson, checked
  * with cloud-init's own schema (`cloud-init schema`, Debian package
  * cloud-init) when it is installed and with labvm's rules (header, size
  * within a Secret) always. Exit status 0 when every file is usable (warnings
  * allowed), 1 otherwise. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,20 +79,70 @@ static void unknown_keys(struct ctx *c, const cJSON *o, const char *where, const
 	}
 }
 
+/* The check's scratch files live in a directory of its own, made by
+ * mkdtemp() (mode 0700, under $TMPDIR or /tmp) and removed at the end: no
+ * name another user of the machine can guess or plant a symlink at. */
+static char scratch[4096];
+
+static int scratch_open(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp || strchr(tmp, '\''))
+		tmp = "/tmp"; /* the path goes into sh -c '...' */
+	if ((size_t)snprintf(scratch, sizeof scratch, "%s/labvm-check-XXXXXX", tmp) >=
+	        sizeof scratch ||
+	    !mkdtemp(scratch)) {
+		fprintf(stderr, "labvm.fcgi --check: no private directory under %s: %s\n", tmp,
+		        strerror(errno));
+		scratch[0] = '\0';
+		return -1;
+	}
+	return 0;
+}
+
+static const char *const scratch_files[] = {"script.sh", "script.err", "cloud-config.yaml",
+                                            "cloud-init.out", NULL};
+
+static void scratch_close(void)
+{
+	if (!scratch[0])
+		return;
+	for (const char *const *f = scratch_files; *f; f++) {
+		char *p = xasprintf("%s/%s", scratch, *f);
+		unlink(p);
+		free(p);
+	}
+	if (rmdir(scratch) < 0)
+		fprintf(stderr, "labvm.fcgi --check: removing %s: %s\n", scratch, strerror(errno));
+	scratch[0] = '\0';
+}
+
+/* A new file in the scratch directory with text in it: its path, or NULL. */
+static char *scratch_write(const char *name, const char *text)
+{
+	char *path = xasprintf("%s/%s", scratch, name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	size_t n = strlen(text);
+	int ok = fd >= 0 && write(fd, text, n) == (ssize_t)n;
+	if (fd >= 0)
+		close(fd);
+	if (!ok) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
 /* sh -n on text; 0 when the shell parses it, else -1 with the shell's message */
 static int sh_syntax(const char *text, char *msg, size_t msglen)
 {
-	char path[] = "/tmp/labvm-check-XXXXXX";
-	int fd = mkstemp(path);
 	msg[0] = '\0';
-	if (fd < 0)
+	char *path = scratch[0] ? scratch_write("script.sh", text) : NULL;
+	if (!path)
 		return 0; /* cannot check: not the lesson's fault */
-	size_t n = strlen(text);
-	int ok = write(fd, text, n) == (ssize_t)n;
-	close(fd);
-	char *out = xasprintf("%s.err", path);
-	char *cmd = xasprintf("/bin/sh -n %s 2>%s", path, out);
-	int rc = ok ? system(cmd) : 0;
+	char *out = xasprintf("%s/script.err", scratch);
+	char *cmd = xasprintf("/bin/sh -n '%s' 2>'%s'", path, out);
+	int rc = system(cmd);
 	size_t len = 0;
 	char *err = util_read_file(out, 4096, &len);
 	if (rc != 0 && err) {
@@ -109,6 +162,7 @@ static int sh_syntax(const char *text, char *msg, size_t msglen)
 	unlink(path);
 	unlink(out);
 	free(err);
+	free(path);
 	free(out);
 	free(cmd);
 	return rc == 0 ? 0 : -1;
@@ -139,17 +193,14 @@ static void check_cloud_config(struct ctx *c, const struct lesson *l)
 		free(ud);
 		return;
 	}
-	char path[] = "/tmp/labvm-check-XXXXXX";
-	int fd = mkstemp(path);
-	if (fd < 0) {
+	char *path = scratch[0] ? scratch_write("cloud-config.yaml", ud) : NULL;
+	if (!path) {
 		free(ud);
 		return;
 	}
-	int ok = write(fd, ud, n) == (ssize_t)n;
-	close(fd);
-	char *out = xasprintf("%s.out", path);
-	char *cmd = xasprintf("/usr/bin/cloud-init schema -c %s >%s 2>&1", path, out);
-	int rc = ok ? system(cmd) : 0;
+	char *out = xasprintf("%s/cloud-init.out", scratch);
+	char *cmd = xasprintf("/usr/bin/cloud-init schema -c '%s' >'%s' 2>&1", path, out);
+	int rc = system(cmd);
 	size_t len;
 	char *text = util_read_file(out, 1 << 16, &len);
 	if (rc != 0) {
@@ -167,6 +218,7 @@ static void check_cloud_config(struct ctx *c, const struct lesson *l)
 	unlink(path);
 	unlink(out);
 	free(text);
+	free(path);
 	free(out);
 	free(cmd);
 	free(ud);
@@ -231,9 +283,6 @@ static const char *const file_keys[] = {"path", "content", "mode", NULL};
 static const char *const step_keys[] = {"name", "command", "timeout_s", "machine", "i18n", NULL};
 static const char *const i18n_keys[] = {"title", "description", "guide", NULL};
 
-static const char *const reserved[] = {"/opt/labvm/",   "/etc/labvm/",   "/var/lib/labvm/",
-                                       GUEST_SETUP_LOG, GUEST_AUTOLOGIN, NULL};
-
 static void check_one(const char *file, int *bad)
 {
 	struct ctx c = {file, 0, 0};
@@ -284,20 +333,6 @@ static void check_one(const char *file, int *bad)
 			char pre[64] = "";
 			if (m->machine)
 				snprintf(pre, sizeof pre, "machine %s: ", m->machine);
-			for (size_t i = 0; i < m->nfiles; i++)
-				for (const char *const *r = reserved; *r; r++) {
-					size_t rl = strlen(*r);
-					if (strncmp(m->files[i].path, *r, rl) == 0 ||
-					    (r[0][rl - 1] == '/' &&
-					     strncmp(m->files[i].path, *r, rl - 1) == 0 &&
-					     m->files[i].path[rl - 1] == '\0'))
-						report(&c, 1,
-						       "%sfiles[%zu].path: \"%s\" is labvm's own "
-						       "(%s): "
-						       "choose another "
-						       "place, e.g. under /root/lab/",
-						       pre, i, m->files[i].path, *r);
-				}
 			if (m->setup && sh_syntax(m->setup, msg, sizeof msg) < 0)
 				report(&c, 1, "%ssetup: not a valid shell script: %s", pre, msg);
 		}
@@ -359,7 +394,11 @@ static void check_one(const char *file, int *bad)
 int check_lesson_files(int n, char **files)
 {
 	int bad = 0;
+	if (scratch_open() < 0)
+		printf("labvm.fcgi --check: the shell syntax and cloud-init's schema are not "
+		       "checked (no private directory for their files)\n");
 	for (int i = 0; i < n; i++)
 		check_one(files[i], &bad);
+	scratch_close();
 	return bad ? 1 : 0;
 }

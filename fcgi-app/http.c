@@ -196,6 +196,16 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 {
 	char *json = body ? jx_print(body) : NULL;
 	struct labctx *x = r->x;
+	size_t jlen = json ? strlen(json) : 0;
+	char *clean = NULL;
+	if (json && !utf8_valid(json, jlen)) {
+		/* the last line of defence: a string that was not valid UTF-8 (cJSON
+		 * prints bytes as they are, and they can only be inside strings:
+		 * U+FFFD for each keeps the JSON well-formed) */
+		log_warn("%s %s: the answer held bytes that are not UTF-8; replaced", r->method,
+		         r->path);
+		clean = utf8_clean_dup(json, jlen, 3 * jlen);
+	}
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
@@ -215,11 +225,12 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	             etag ? "ETag: " : "", etag ? etag : "", etag ? "\r\n" : "", x->db.ms,
 	             x->kube.ms, x->agent.ms, total, r->headers.p ? r->headers.p : "");
 	if (json) {
-		FCGX_PutStr(json, (int)strlen(json), r->fr->out);
+		FCGX_PutStr(clean ? clean : json, (int)strlen(clean ? clean : json), r->fr->out);
 		FCGX_PutS("\n", r->fr->out);
 	}
 	if (FCGX_GetError(r->fr->out))
 		log_warn("writing the response failed (client gone?)");
+	free(clean);
 	cJSON_free(json);
 	cJSON_Delete(body);
 }
@@ -245,9 +256,14 @@ void resp_error_json(struct req *r, enum api_err e, cJSON *o)
 void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
 {
 	va_list ap;
-	char msg[1024];
+	char *raw, *msg;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	if (vasprintf(&raw, fmt, ap) < 0)
+		raw = NULL;
 	va_end(ap);
+	/* a message may quote the request or a guest: valid UTF-8, cut on a character */
+	msg = utf8_clean_dup(raw ? raw : "error", raw ? strlen(raw) : 5, 1023);
+	free(raw);
 	resp_error_json(r, e, error_json(e, msg));
+	free(msg);
 }

@@ -214,6 +214,33 @@ int main(int argc, char **argv)
 		         "start",
 		         lessons.v[i].id, nm, cfg.vm_capacity);
 	}
+	/* the reaper spares young unknown objects for orphan_grace_s: at least
+	 * the longest start of the largest lesson (refused by --check, which the
+	 * service runs first; a warning at start; the reaper itself uses that
+	 * much while a start is in flight) */
+	const char *most = NULL;
+	int grace = lab_min_orphan_grace_s(&cfg, &lessons, &most);
+	if (cfg.orphan_grace_s < grace) {
+		size_t nm = 1;
+		const struct lesson *ml = most ? lessons_find(&lessons, most) : NULL;
+		if (ml)
+			nm = lesson_nmachines(ml);
+		if (check_only) {
+			log_err(
+			    "orphan_grace_s: %d is shorter than the longest start of lesson \"%s\" "
+			    "(%zu machines: %d s with kube_timeout_ms %d and "
+			    "capacity_lock_timeout_ms %d): the reaper could delete the objects of "
+			    "a start in flight; set orphan_grace_s = %d or more",
+			    cfg.orphan_grace_s, most ? most : "-", nm, grace, cfg.kube_timeout_ms,
+			    cfg.capacity_lock_timeout_ms, grace);
+			return 1;
+		}
+		log_warn(
+		    "orphan_grace_s %d is shorter than the longest start of lesson \"%s\" (%zu "
+		    "machines: %d s): set orphan_grace_s = %d or more (the reaper uses %d s "
+		    "while a start is in flight)",
+		    cfg.orphan_grace_s, most ? most : "-", nm, grace, grace, grace);
+	}
 	if (check_only) {
 		printf("labvm.fcgi: config %s and %zu lessons are valid\n", cfg_path(), lessons.n);
 		return 0;

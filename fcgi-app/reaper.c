@@ -507,15 +507,18 @@ int main(int argc, char **argv)
 		log_err("cluster lists failed: nothing deleted this run");
 		goto out;
 	}
-	if (cfg.orphan_grace_s < cfg_min_orphan_grace_s(&cfg)) {
+	/* the longest start is the largest lesson's (1 + 3N cluster calls and more) */
+	const char *most = NULL;
+	int min_grace = lab_min_orphan_grace_s(&cfg, have_lessons ? &lessons : NULL, &most);
+	if (cfg.orphan_grace_s < min_grace) {
 		int n = starts_in_flight(&x);
 		if (n != 0) {
-			log_info("--grace %d is shorter than the longest start and %s: grace %d s "
-			         "this run",
-			         cfg.orphan_grace_s,
+			log_info("grace %d is shorter than the longest start (lesson %s) and %s: "
+			         "grace %d s this run",
+			         cfg.orphan_grace_s, most ? most : "-",
 			         n > 0 ? "a start is in flight" : "the database cannot say",
-			         cfg_min_orphan_grace_s(&cfg));
-			cfg.orphan_grace_s = cfg_min_orphan_grace_s(&cfg);
+			         min_grace);
+			cfg.orphan_grace_s = min_grace;
 		}
 	}
 	/* 3-5 */

@@ -63,7 +63,7 @@ static const struct cfg_key keys[] = {
     I(console_ping_s, "10", 1, 600),
     I(console_linger_s, "120", 0, 86400),
     I(console_max_per_session, "8", 1, 100000),
-    I(orphan_grace_s, "120", 0, 86400),
+    I(orphan_grace_s, "300", 0, 86400),
     I(pool_max_age_s, "86400", 60, 30 * 86400),
     I(pool_yield_wait_s, "10", 0, 120),
     I(pool_yield_hold_s, "60", 0, 3600),
@@ -116,12 +116,22 @@ static int set_value(struct cfg *c, const struct cfg_key *k, const char *v, char
 	return 0;
 }
 
+int cfg_min_orphan_grace_machines(const struct cfg *c, long machines)
+{
+	/* two lock waits and the cluster calls of one start of N machines: a
+	 * golden-disk check per machine, two counts, the session network (N > 1),
+	 * a Secret, a VM and the Secret's owner per machine (3N), and the look
+	 * for a VM whose create got no answer: 4N + 3 (+1), 7 for one machine */
+	long n = machines < 1 ? 1 : machines;
+	long calls = n + 2 + (n > 1) + 3 * n + 1;
+	long long ms = 2LL * c->capacity_lock_timeout_ms + (long long)calls * c->kube_timeout_ms;
+	long long s = ms / 1000 + 10;
+	return s > 86400 * 30 ? 86400 * 30 : (int)s;
+}
+
 int cfg_min_orphan_grace_s(const struct cfg *c)
 {
-	/* two lock waits and the seven cluster calls of one start (golden disk,
-	 * two counts, three creates, the check of a create that timed out) */
-	long ms = 2L * c->capacity_lock_timeout_ms + 7L * c->kube_timeout_ms;
-	return (int)(ms / 1000) + 10;
+	return cfg_min_orphan_grace_machines(c, 1);
 }
 
 static int validate(struct cfg *c, char *err, size_t errlen)

@@ -74,7 +74,12 @@ enum cfg_needs {
 /* Load and validate. On error returns -1 with a message in err. */
 int cfg_load(const char *path, struct cfg *c, unsigned needs, char *err, size_t errlen);
 /* The smallest orphan grace that cannot race a start in flight: the longest
- * submission (lock waits, the cluster calls of one start) plus a margin. */
+ * submission (lock waits, the cluster calls of one start of `machines`
+ * machines: 4N + 3, and one more for the session network when N > 1) plus a
+ * margin. cfg_load() checks the one-machine figure; where the lessons are
+ * known (labvm.fcgi --check and start, the reaper) the largest lesson's
+ * (lab.h lab_min_orphan_grace_s). */
+int cfg_min_orphan_grace_machines(const struct cfg *c, long machines);
 int cfg_min_orphan_grace_s(const struct cfg *c);
 /* Path of the config file: $LABVM_CONF or the default. */
 const char *cfg_path(void);

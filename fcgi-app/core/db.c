@@ -27,7 +27,8 @@ void db_reset_timer(struct db *d)
 
 static void set_msg(struct db *d, const char *what, const char *m)
 {
-	snprintf(d->msg, sizeof d->msg, "%s: %s", what, m && *m ? m : "unknown error");
+	/* the server's text may quote a value: valid UTF-8, cut on a character */
+	utf8_snprintf(d->msg, sizeof d->msg, "%s: %s", what, m && *m ? m : "unknown error");
 	util_rstrip(d->msg);
 }
 

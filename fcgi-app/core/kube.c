@@ -62,8 +62,9 @@ static void status_message(struct kube *k, long code)
 	cJSON *st = cJSON_ParseWithLength(k->body.p ? k->body.p : "", k->body.len);
 	const char *m = kj_str(st, "message");
 	const char *reason = kj_str(st, "reason");
-	snprintf(k->msg, sizeof k->msg, "HTTP %ld%s%s%s%s", code, reason ? " " : "",
-	         reason ? reason : "", m ? ": " : "", m ? m : "");
+	/* the server's text (it may quote an object's): valid UTF-8, cut on a character */
+	utf8_snprintf(k->msg, sizeof k->msg, "HTTP %ld%s%s%s%s", code, reason ? " " : "",
+	              reason ? reason : "", m ? ": " : "", m ? m : "");
 	cJSON_Delete(st);
 }
 

@@ -28,3 +28,17 @@ void labctx_cleanup(struct labctx *x)
 	kube_cleanup(&x->kube);
 	agent_cleanup(&x->agent);
 }
+
+int lab_min_orphan_grace_s(const struct cfg *c, const struct lessons *ls, const char **which)
+{
+	size_t most = 1;
+	*which = NULL;
+	for (size_t i = 0; ls && i < ls->n; i++) {
+		size_t n = lesson_nmachines(&ls->v[i]);
+		if (!*which || n > most) {
+			most = n;
+			*which = ls->v[i].id;
+		}
+	}
+	return cfg_min_orphan_grace_machines(c, (long)most);
+}

@@ -20,6 +20,10 @@ struct labctx {
 };
 
 int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls);
+
+/* The orphan grace the lessons need (config.h cfg_min_orphan_grace_machines
+ * for the lesson of the most machines; *which names it, NULL without lessons). */
+int lab_min_orphan_grace_s(const struct cfg *c, const struct lessons *ls, const char **which);
 void labctx_cleanup(struct labctx *x);
 
 #endif

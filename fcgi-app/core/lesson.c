@@ -231,13 +231,31 @@ static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char 
 			item_prefix(err, errlen, "files", l->nfiles - 1);
 			goto fail;
 		}
-		if (f->path[0] != '/' || strstr(f->path, "/../") || strlen(f->path) > 1024) {
-			snprintf(
-			    err, errlen,
-			    "files[%zu].path: \"%s\" must be absolute (start with /, no /../, at "
-			    "most 1024 bytes)",
-			    l->nfiles - 1, f->path);
+		char norm[LESSON_PATH_MAX + 1];
+		int pr = lesson_path_normalise(f->path, norm, sizeof norm);
+		if (pr < 0) {
+			utf8_snprintf(err, errlen, "files[%zu].path: \"%.200s\" must %s",
+			              l->nfiles - 1, f->path,
+			              pr == LESSON_PATH_DOTDOT ? "have no \"..\" component"
+			              : pr == LESSON_PATH_DIR
+			                  ? "name a file, not a directory"
+			                  : "be absolute (start with /, at most "
+			                    "1024 bytes)");
 			goto fail;
+		}
+		const char *rsv = lesson_path_reserved(norm);
+		if (rsv) {
+			/* a lesson's file there could mark the lab ready before its
+			 * setup ran, or replace the agent or its token */
+			utf8_snprintf(err, errlen,
+			              "files[%zu].path: \"%.200s\" is labvm's own (%s): choose "
+			              "another place, e.g. under /root/lab/",
+			              l->nfiles - 1, f->path, rsv);
+			goto fail;
+		}
+		if (strcmp(norm, f->path) != 0) {
+			free(f->path);
+			f->path = xstrdup(norm); /* written where it was checked */
 		}
 		if (!f->mode)
 			f->mode = xstrdup("0644");
@@ -451,45 +469,6 @@ static int parse_guide_paths(const cJSON *o, struct lesson *l, char *err, size_t
 	return 0;
 }
 
-/* The first byte that is not UTF-8 (or a NUL), or len when all are. */
-static size_t utf8_bad_at(const unsigned char *s, size_t len)
-{
-	size_t i = 0;
-	while (i < len) {
-		unsigned c = s[i];
-		size_t n;
-		unsigned min;
-		if (c == 0)
-			return i;
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			n = 1;
-			min = 0x80;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			n = 2;
-			min = 0x800;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			n = 3;
-			min = 0x10000;
-		} else {
-			return i;
-		}
-		unsigned cp = c & (0x3f >> n);
-		for (size_t k = 1; k <= n; k++) {
-			if (i + k >= len || (s[i + k] & 0xc0) != 0x80)
-				return i;
-			cp = (cp << 6) | (s[i + k] & 0x3f);
-		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return i;
-		i += n + 1;
-	}
-	return len;
-}
-
 static int guide_load(struct lesson_guide *g, const char *field, const char *lang, const char *dir,
                       char *err, size_t errlen)
 {
@@ -524,7 +503,7 @@ static int guide_load(struct lesson_guide *g, const char *field, const char *lan
 			         strerror(errno));
 		goto out;
 	}
-	size_t bad = utf8_bad_at((const unsigned char *)g->text, g->len);
+	size_t bad = utf8_valid_prefix(g->text, g->len);
 	if (bad < g->len) {
 		size_t line = 1;
 		for (size_t i = 0; i < bad; i++)
@@ -598,10 +577,79 @@ static void guide_free(struct lesson_guide *g)
 	memset(g, 0, sizeof *g);
 }
 
+int lesson_path_normalise(const char *path, char *out, size_t outlen)
+{
+	size_t o = 0, plen = strlen(path);
+	int dir = 1; /* what is written so far names a directory ("/", ".../.") */
+	if (path[0] != '/')
+		return LESSON_PATH_RELATIVE;
+	if (plen > LESSON_PATH_MAX || outlen < 2)
+		return LESSON_PATH_LONG;
+	for (const char *p = path; *p;) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		const char *e = strchr(p, '/');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return LESSON_PATH_DOTDOT;
+		if (n == 1 && p[0] == '.') {
+			dir = 1;
+		} else {
+			if (o + 1 + n + 1 > outlen)
+				return LESSON_PATH_LONG;
+			out[o++] = '/';
+			memcpy(out + o, p, n);
+			o += n;
+			dir = 0;
+		}
+		p += n;
+	}
+	if (dir || path[plen - 1] == '/')
+		return LESSON_PATH_DIR;
+	out[o] = '\0';
+	return 0;
+}
+
+/* labvm's own places in a guest (cloudinit.c, manifest.c): a directory
+ * holds everything under it. /var/run and /var/lock are symlinks into /run
+ * in Debian's images (and most others). */
+static const char *const reserved_paths[] = {
+    "/opt/labvm",     /* the agent, the setup script (GUEST_AGENT_PATH, GUEST_SETUP_PATH) */
+    "/etc/labvm",     /* the agent's token (GUEST_TOKEN_PATH) */
+    "/var/lib/labvm", /* setup.started, setup.rc, agent.listening, ready (GUEST_STATE_DIR) */
+    "/var/log/labvm-setup.log", /* GUEST_SETUP_LOG */
+    "/var/log/labvm-agent.log",
+    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf", /* GUEST_AUTOLOGIN */
+    "/run/labvm", /* a Pod's ready flag, setup log */
+    "/var/run/labvm",
+    "/var/lock/labvm",
+    "/labvm",               /* a Pod's files and setup script (its Secret's mount) */
+    "/dev/termination-log", /* a Pod's termination message */
+    NULL};
+
+const char *lesson_path_reserved(const char *norm)
+{
+	for (const char *const *r = reserved_paths; *r; r++) {
+		size_t n = strlen(*r);
+		if (strncmp(norm, *r, n) == 0 && (norm[n] == '\0' || norm[n] == '/'))
+			return *r;
+	}
+	return NULL;
+}
+
 int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size_t errlen)
 {
-	cJSON *o = cJSON_ParseWithLength(json, len);
 	memset(l, 0, sizeof *l);
+	size_t at = utf8_valid_prefix(json, len);
+	if (at < len) {
+		/* every text of a lesson goes to pages, Secrets and logs as it is */
+		snprintf(err, errlen,
+		         "not valid UTF-8 from byte offset %zu on: save the file as UTF-8", at);
+		return -1;
+	}
+	cJSON *o = cJSON_ParseWithLength(json, len);
 	if (!cJSON_IsObject(o)) {
 		snprintf(err, errlen, "not a JSON object");
 		cJSON_Delete(o);

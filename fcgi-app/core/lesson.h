@@ -92,6 +92,24 @@ struct lessons {
 	size_t n;
 };
 
+/* A file's path as labvm writes it: absolute, "//" and "/./" collapsed
+ * into out. 0 ok; LESSON_PATH_RELATIVE, LESSON_PATH_DOTDOT (a ".."
+ * component: resolved by the guest's kernel, through the image's symlinks,
+ * it may land anywhere, e.g. /var/run/../etc is /etc), LESSON_PATH_DIR (it
+ * names no file: "/", or a trailing "/" or "/."), LESSON_PATH_LONG. */
+enum {
+	LESSON_PATH_RELATIVE = -1,
+	LESSON_PATH_DOTDOT = -2,
+	LESSON_PATH_DIR = -3,
+	LESSON_PATH_LONG = -4
+};
+#define LESSON_PATH_MAX 1024
+int lesson_path_normalise(const char *path, char *out, size_t outlen);
+/* The reserved place a normalised path is in or is (labvm's agent, token,
+ * state and ready flags, setup script and log, the console's autologin, a
+ * Pod's files, flag and termination log), or NULL when it is the lesson's. */
+const char *lesson_path_reserved(const char *normalised);
+
 /* Load every *.json in dir (sorted by file name). -1 with err on the first bad file. */
 int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen);
 /* Parse one lesson from JSON text (used by lessons_load and the tests). */

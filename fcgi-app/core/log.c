@@ -3,10 +3,13 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "util.h"
 
 static const char *log_prog = "labvm";
 static enum log_level log_max = LOG_INFO;
@@ -50,20 +53,27 @@ static int find_uuid(const char *s, char *out)
 	return 0;
 }
 
-/* JSON string body of s into out (escaped; control characters as \u00XX). */
+/* JSON string body of s (valid UTF-8) into out (escaped; control characters
+ * as \u00XX), whole characters only. */
 static size_t json_escape(char *out, size_t cap, const char *s)
 {
 	size_t o = 0;
-	for (; *s && o + 7 < cap; s++) {
+	while (*s) {
 		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
+		size_t k = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+		size_t w = c == '"' || c == '\\' ? 2 : c < 0x20 ? 6 : k;
+		if (o + w + 1 > cap)
+			break;
+		if (w == 2 && k == 1) {
 			out[o++] = '\\';
 			out[o++] = (char)c;
-		} else if (c < 0x20) {
+		} else if (w == 6) {
 			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
 		} else {
-			out[o++] = (char)c;
+			memcpy(out + o, s, k);
+			o += k;
 		}
+		s += k;
 	}
 	out[o] = '\0';
 	return o;
@@ -136,11 +146,18 @@ void log_msg(enum log_level level, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
+	/* the message may quote a guest, a Pod or the cluster: formatted whole,
+	 * then valid UTF-8 cut on a character (the last line of defence for the
+	 * JSON lines, and no half character at the end of a text line) */
+	char *raw = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(&raw, fmt, ap) < 0)
+		raw = NULL;
+	va_end(ap);
 	if (log_json) {
 		char msg[2048];
-		va_start(ap, fmt);
-		vsnprintf(msg, sizeof msg, fmt, ap);
-		va_end(ap);
+		utf8_clean_cut(msg, raw ? raw : "(out of memory)", sizeof msg - 1);
+		free(raw);
 		log_json_line(level, &tm, ts.tv_nsec / 1000000, msg);
 		return;
 	}
@@ -148,16 +165,14 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	             "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ", tm.tm_year + 1900,
 	             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
 	             ts.tv_nsec / 1000000, log_prog, (int)getpid(), level_name[level]);
-	if (n < 0)
+	if (n < 0) {
+		free(raw);
 		return;
-	va_start(ap, fmt);
-	m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (m < 0)
-		m = 0;
+	}
+	m = (int)utf8_clean_cut(line + n, raw ? raw : "(out of memory)",
+	                        sizeof line - (size_t)n - 2);
+	free(raw);
 	n += m;
-	if ((size_t)n > sizeof line - 2)
-		n = sizeof line - 2;
 	/* one line per message: fold embedded newlines */
 	for (int i = 0; i < n; i++)
 		if (line[i] == '\n' || line[i] == '\r')

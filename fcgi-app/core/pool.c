@@ -20,6 +20,7 @@
 #define LOCK_POOL      "7304" /* one pool upkeep at a time per environment */
 #define CLAIM_TRIES    4
 #define CLAIM_AGENT_MS 1000 /* the claim's look at a pool VM's agent */
+#define POOL_ERROR_MAX 1023 /* bytes of a retired VM's error kept in its row */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -52,22 +53,30 @@ static void delete_objects(struct labctx *x, const char *vm, const char *secret)
 static int retire(struct labctx *x, const char *vm, const char *secret, const char *reason,
                   const char *error)
 {
-	const char *p[3] = {vm, reason, error};
-	PGresult *r =
-	    db_exec(&x->db,
-	            "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
-	            "delete_reason = $2, error = $3 "
-	            "WHERE vm_name = $1 AND state IN ('starting', 'ready') RETURNING 1",
-	            3, p);
-	if (!r)
-		return -1;
-	int n = PQntuples(r);
+	static const char sql[] =
+	    "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
+	    "delete_reason = $2, error = $3 "
+	    "WHERE vm_name = $1 AND state IN ('starting', 'ready') RETURNING 1";
+	/* the guest's text (a setup's log tail): valid UTF-8, cut on a character */
+	char *clean = error ? utf8_clean_dup(error, strlen(error), POOL_ERROR_MAX) : NULL;
+	const char *p[3] = {vm, reason, clean};
+	PGresult *r = db_exec(&x->db, sql, 3, p);
+	if (!r && clean && !x->db.broken) {
+		/* refused anyway: retired without it (else it stays, failing, every tick) */
+		log_warn("pool: storing VM %s's error failed (%s); retiring it without", vm,
+		         x->db.msg);
+		p[2] = NULL;
+		r = db_exec(&x->db, sql, 3, p);
+	}
+	int n = r ? PQntuples(r) : 0;
 	PQclear(r);
-	if (n == 0)
-		return 0;
-	delete_objects(x, vm, secret);
-	log_info("pool: deleted VM %s (%s)%s%s", vm, reason, error ? ": " : "", error ? error : "");
-	return 1;
+	if (n > 0) {
+		delete_objects(x, vm, secret);
+		log_info("pool: deleted VM %s (%s)%s%s", vm, reason, clean ? ": " : "",
+		         clean ? clean : "");
+	}
+	free(clean);
+	return r ? n > 0 : -1;
 }
 
 /* {"metadata": {"labels": {session-id: sid, pool: null, lesson-hash: null}}} */
@@ -282,48 +291,67 @@ int pool_claim(struct labctx *x, const struct lesson *l, const char *user, doubl
 
 /* ------------------------------------------------------------ yield */
 
-int pool_yield(struct labctx *x, const char *for_lesson)
+int pool_yield(struct labctx *x, const char *for_lesson, int seats, int need)
 {
 	const struct cfg *c = x->cfg;
-	const char *p[2] = {c->environment, for_lesson};
-	char vm[64], secret[64];
+	char n[16];
+	snprintf(n, sizeof n, "%d", seats);
+	const char *p[3] = {c->environment, for_lesson, n};
 
+	if (seats < 1)
+		return 0;
 	if (db_begin(&x->db) < 0)
 		return -1;
 	PGresult *r = db_exec(&x->db,
 	                      "SELECT vm_name, secret_name FROM pool_vms WHERE environment = $1 "
 	                      "AND state IN ('starting', 'ready') "
-	                      "ORDER BY lesson = $2, state = 'ready', created_at LIMIT 1 "
+	                      "ORDER BY lesson = $2, state = 'ready', created_at LIMIT $3::int "
 	                      "FOR UPDATE SKIP LOCKED",
-	                      2, p);
+	                      3, p);
 	if (!r) {
 		db_rollback(&x->db);
 		return -1;
 	}
-	if (PQntuples(r) == 0) {
+	int rows = PQntuples(r);
+	if (rows < seats) {
+		/* all or none: fewer would delete pool VMs for a start that still
+		 * does not fit */
 		PQclear(r);
 		db_rollback(&x->db);
 		return 0;
 	}
-	snprintf(vm, sizeof vm, "%s", PQgetvalue(r, 0, 0));
-	snprintf(secret, sizeof secret, "%s", PQgetvalue(r, 0, 1));
+	char(*vm)[64] = xcalloc((size_t)rows, sizeof *vm);
+	char(*secret)[64] = xcalloc((size_t)rows, sizeof *secret);
+	int rc = 1;
+	for (int i = 0; i < rows; i++) {
+		snprintf(vm[i], sizeof vm[i], "%s", PQgetvalue(r, i, 0));
+		snprintf(secret[i], sizeof secret[i], "%s", PQgetvalue(r, i, 1));
+		const char *pv[1] = {vm[i]};
+		if (rc > 0 &&
+		    db_cmd(&x->db,
+		           "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
+		           "delete_reason = 'yielded' WHERE vm_name = $1",
+		           1, pv) < 0)
+			rc = -1;
+	}
 	PQclear(r);
-	const char *pv[1] = {vm};
-	if (db_cmd(&x->db,
-	           "UPDATE pool_vms SET state = 'deleted', deleted_at = clock_timestamp(), "
-	           "delete_reason = 'yielded' WHERE vm_name = $1",
-	           1, pv) < 0 ||
-	    db_commit(&x->db) < 0) {
+	if (rc < 0 || db_commit(&x->db) < 0) {
 		db_rollback(&x->db);
+		free(vm);
+		free(secret);
 		return -1;
 	}
-	delete_objects(x, vm, secret);
-	log_info("pool: VM %s yielded its seat to a start of lesson %s", vm, for_lesson);
-	/* its seat is free when the VM is gone (terminating ones count) */
+	for (int i = 0; i < rows; i++) {
+		delete_objects(x, vm[i], secret[i]);
+		log_info("pool: VM %s yielded its seat to a start of lesson %s", vm[i], for_lesson);
+	}
+	free(vm);
+	free(secret);
+	/* the seats are free when the VMs are gone (terminating ones count) */
 	double until = util_mono_s() + c->pool_yield_wait_s;
 	for (;;) {
 		long in_use = 0;
-		if (count_lab_vms(x, &in_use) == 200 && in_use < c->vm_capacity)
+		if (count_lab_vms(x, &in_use) == 200 && in_use + need <= c->vm_capacity)
 			break;
 		if (util_mono_s() >= until)
 			break;
@@ -576,11 +604,12 @@ static int check_starting(struct labctx *x, const struct lesson *l, struct prow 
 		if (st && strcmp(st, "setup_failed") == 0) {
 			const cJSON *ec = cJSON_GetObjectItemCaseSensitive(detail, "exit_code");
 			const char *tail = kj_str(detail, "log_tail");
-			char e[1024];
-			snprintf(e, sizeof e, "the lab setup failed with exit code %d%s%s",
-			         cJSON_IsNumber(ec) ? ec->valueint : -1, tail && *tail ? ": " : "",
-			         tail ? tail : "");
+			/* formatted whole: retire() makes it valid and cuts it */
+			char *e = xasprintf("the lab setup failed with exit code %d%s%s",
+			                    cJSON_IsNumber(ec) ? ec->valueint : -1,
+			                    tail && *tail ? ": " : "", tail ? tail : "");
 			rc = retire(x, w->vm, w->secret, "setup_failed", e) < 0 ? -1 : 0;
+			free(e);
 			k->failed += rc == 0;
 			goto out;
 		}
@@ -617,7 +646,7 @@ static int may_grow(struct labctx *x)
 	return n == 0;
 }
 
-int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
+static int tick(struct labctx *x, const char *only_lesson, struct pool_counts *k, int wait)
 {
 	const struct lessons *ls = x->lessons;
 	struct prow *rows = NULL;
@@ -627,8 +656,20 @@ int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
 	/* one upkeep at a time (reaper, labvm-pool, after a claim, other hosts):
 	 * two at once would both fill the same gap */
 	const char *pe[1] = {x->cfg->environment};
-	if (db_cmd(&x->db, "SELECT pg_advisory_lock(" LOCK_POOL ", hashtext($1))", 1, pe) < 0)
-		return -1;
+	if (wait) {
+		if (db_cmd(&x->db, "SELECT pg_advisory_lock(" LOCK_POOL ", hashtext($1))", 1, pe) <
+		    0)
+			return -1;
+	} else {
+		PGresult *lr = db_exec(
+		    &x->db, "SELECT pg_try_advisory_lock(" LOCK_POOL ", hashtext($1))", 1, pe);
+		if (!lr)
+			return -1;
+		int got = PQgetvalue(lr, 0, 0)[0] == 't';
+		PQclear(lr);
+		if (!got)
+			return POOL_TICK_BUSY; /* someone else is ticking */
+	}
 	if (load_rows(x, only_lesson, &rows, &n) < 0) {
 		db_cmd(&x->db, "SELECT pg_advisory_unlock(" LOCK_POOL ", hashtext($1))", 1, pe);
 		return -1;
@@ -738,6 +779,16 @@ out:
 	return rc;
 }
 
+int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k)
+{
+	return tick(x, only_lesson, k, 1);
+}
+
+int pool_tick_try(struct labctx *x, const char *only_lesson, struct pool_counts *k)
+{
+	return tick(x, only_lesson, k, 0);
+}
+
 void pool_after_request(struct labctx *x)
 {
 	struct pool_counts k = {0};
@@ -745,9 +796,18 @@ void pool_after_request(struct labctx *x)
 	if (!x->pool_after[0])
 		return;
 	snprintf(lesson, sizeof lesson, "%s", x->pool_after);
-	x->pool_after[0] = '\0';
 	db_rollback(&x->db); /* no transaction left open by the request */
-	if (pool_tick(x, lesson, &k) < 0)
+	/* never wait for the lock: a reaper's or another claim's tick may hold
+	 * it for seconds, and this worker is wanted for the next request */
+	int rc = pool_tick_try(x, lesson, &k);
+	if (rc == POOL_TICK_BUSY) {
+		/* a tick that began before this claim may not see it: look again
+		 * after this worker's next request (the reaper's tick, at worst) */
+		log_debug("pool: lesson %s: another tick holds the pool lock; skipped", lesson);
+		return;
+	}
+	x->pool_after[0] = '\0';
+	if (rc < 0)
 		log_warn("pool: lesson %s: the tick after a claim was incomplete", lesson);
 }
 

@@ -40,11 +40,13 @@ enum { POOL_CLAIMED = 0, POOL_NONE = 1, POOL_DBERR = -1 };
 int pool_claim(struct labctx *x, const struct lesson *l, const char *user, double pressed,
                char sid[37]);
 
-/* Capacity is full: delete one idle pool VM (another lesson's first) and
- * wait up to pool_yield_wait_s for the cluster count to drop below the
- * capacity. Outside any transaction. 1 a seat was yielded, 0 nothing to
- * yield, -1 database trouble. */
-int pool_yield(struct labctx *x, const char *for_lesson);
+/* Capacity is full: delete `seats` idle pool VMs (another lesson's first),
+ * all or none, and wait up to pool_yield_wait_s for the cluster count to
+ * leave room for `need` seats. The caller yields only what makes its start
+ * fit (no line ahead, seats short <= the idle pool VMs). Outside any
+ * transaction. 1 the seats were yielded, 0 not that many idle pool VMs (none
+ * deleted), -1 database trouble. */
+int pool_yield(struct labctx *x, const char *for_lesson, int seats, int need);
 
 struct pool_counts {
 	int created, became_ready, failed, stale, surplus, vanished, full, held, errors;
@@ -57,9 +59,14 @@ struct pool_counts {
  * 0 ok, -1 database trouble or a failed cluster list (nothing deleted on
  * partial knowledge). */
 int pool_tick(struct labctx *x, const char *only_lesson, struct pool_counts *k);
+/* The same without waiting for another upkeep (labvm.fcgi's workers):
+ * POOL_TICK_BUSY when one holds the pool lock, nothing done. */
+#define POOL_TICK_BUSY 1
+int pool_tick_try(struct labctx *x, const char *only_lesson, struct pool_counts *k);
 
 /* Run in labvm.fcgi's worker after the answer went out: the tick a claim
- * asked for (x->pool_after), if any. */
+ * asked for (x->pool_after), if any; never waits for the pool lock (held
+ * elsewhere: kept for after the worker's next request). */
 void pool_after_request(struct labctx *x);
 
 /* Does the pool still own this object (kind "virtualmachines" or "secrets")?

@@ -424,22 +424,41 @@ int session_delete_objects(struct labctx *x, struct session *s)
 	return failed;
 }
 
+/* What a row that refused its error keeps instead (ASCII: it always fits). */
+#define ERROR_NOT_STORED "the error message could not be stored; see labvm's log"
+
 int session_finish(struct labctx *x, struct session *s, enum session_state state,
                    const char *end_reason, const char *error)
 {
-	const char *p[4] = {s->id, session_state_str(state), end_reason, error};
-	PGresult *r = db_exec(&x->db,
-	                      "UPDATE sessions SET state = $2, end_reason = $3, "
-	                      "error = COALESCE($4, error), ended_at = clock_timestamp() "
-	                      "WHERE id = $1::uuid AND state IN ('starting', 'ready') RETURNING 1",
-	                      4, p);
+	static const char sql[] =
+	    "UPDATE sessions SET state = $2, end_reason = $3, "
+	    "error = COALESCE($4, error), ended_at = clock_timestamp() "
+	    "WHERE id = $1::uuid AND state IN ('starting', 'ready') RETURNING 1";
+	/* a guest's or a Pod's text: valid UTF-8, cut on a character */
+	char *clean = error ? utf8_clean_dup(error, strlen(error), SESSION_ERROR_MAX) : NULL;
+	const char *p[4] = {s->id, session_state_str(state), end_reason, clean};
+	PGresult *r = db_exec(&x->db, sql, 4, p);
+	if (!r && clean && !x->db.broken) {
+		/* the row refused the message: the session still ends, with a
+		 * message that cannot be refused (else every look would try again,
+		 * and its objects would stay) */
+		log_warn("session %s: storing its error failed (%s); storing a fixed one", s->id,
+		         x->db.msg);
+		p[3] = ERROR_NOT_STORED;
+		r = db_exec(&x->db, sql, 4, p);
+	}
+	if (r && PQntuples(r) > 0)
+		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, p[1],
+		         end_reason, p[3] ? ": " : "", p[3] ? p[3] : "");
+	else if (!r)
+		log_warn("session %s: marking it %s failed (%s); deleting its objects anyway",
+		         s->id, p[1], x->db.msg);
+	free(clean);
+	/* whatever the row says: a session being ended keeps nothing in the cluster */
+	session_delete_objects(x, s);
 	if (!r)
 		return -1;
-	if (PQntuples(r) > 0)
-		log_info("session %s (%s, %s): %s (%s)%s%s", s->id, s->user, s->lesson, p[1],
-		         end_reason, error ? ": " : "", error ? error : "");
 	PQclear(r);
-	session_delete_objects(x, s);
 	return reload(x, s);
 }
 
@@ -516,7 +535,7 @@ int session_vmi_check(struct labctx *x, const struct session *s, struct session_
 	if (code == 404) {
 		snprintf(msg, msglen, "your VM is not running (no VirtualMachineInstance)");
 	} else if (code != 200) {
-		snprintf(msg, msglen, "the cluster did not answer: %s", x->kube.msg);
+		utf8_snprintf(msg, msglen, "the cluster did not answer: %s", x->kube.msg);
 	} else if (!name || strcmp(name, vm->name) != 0 || !uid ||
 	           (!(cJSON_IsString(sidl) && strcmp(sidl->valuestring, s->id) == 0) &&
 	            !owned_by_vm(vmi, vm->name))) {
@@ -526,8 +545,8 @@ int session_vmi_check(struct labctx *x, const struct session *s, struct session_
 		log_warn("session %s: VMI %s does not carry this session's id: not contacted",
 		         s->id, vm->name);
 	} else if (!phase || strcmp(phase, "Running") != 0 || !ip) {
-		snprintf(msg, msglen, "your VM is not running (VMI phase %s%s)",
-		         phase ? phase : "none", ip ? "" : ", no address");
+		utf8_snprintf(msg, msglen, "your VM is not running (VMI phase %s%s)",
+		              phase ? phase : "none", ip ? "" : ", no address");
 	} else {
 		if (!vm->ip || strcmp(vm->ip, ip) != 0 || !vm->vmi_uid ||
 		    strcmp(vm->vmi_uid, uid) != 0) {
@@ -560,24 +579,31 @@ static int fail(struct labctx *x, struct session *s, const struct session_vm *vm
                 ...)
 {
 	va_list ap;
-	char msg[1024];
-	int n;
+	char *what, *msg;
 	/* the session's stage is where it failed, even when the failure came in
 	 * the same pass as the step that led there (a setup that fails at once) */
 	if (vm && vm->stage > (int)s->stage && vm->stage < (int)STAGE_READY)
 		set_stage(x, s, (enum session_stage)vm->stage);
-	if (vm && vm->machine)
-		n = snprintf(msg, sizeof msg, "machine %s: %s: ", vm->machine,
-		             session_stage_str((enum session_stage)vm->stage));
-	else
-		n = snprintf(msg, sizeof msg, "%s: ",
-		             session_stage_str(vm && vm->stage > (int)s->stage
-		                                   ? (enum session_stage)vm->stage
-		                                   : s->stage));
+	/* formatted whole (the agent's log tail, a Pod's message: any bytes);
+	 * session_finish() makes it valid UTF-8 and cuts it on a character */
 	va_start(ap, fmt);
-	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+	if (vasprintf(&what, fmt, ap) < 0)
+		what = NULL;
 	va_end(ap);
-	return session_finish(x, s, SESSION_FAILED, "failed", msg);
+	if (vm && vm->machine)
+		msg = xasprintf("machine %s: %s: %s", vm->machine,
+		                session_stage_str((enum session_stage)vm->stage),
+		                what ? what : "failed");
+	else
+		msg = xasprintf("%s: %s",
+		                session_stage_str(vm && vm->stage > (int)s->stage
+		                                      ? (enum session_stage)vm->stage
+		                                      : s->stage),
+		                what ? what : "failed");
+	free(what);
+	int rc = session_finish(x, s, SESSION_FAILED, "failed", msg);
+	free(msg);
+	return rc;
 }
 
 static void set_stage(struct labctx *x, struct session *s, enum session_stage stage)
@@ -612,7 +638,7 @@ static void vm_status(struct labctx *x, const char *vm, char *out, size_t n)
 	cJSON *o = NULL;
 	long code = kube_get(&x->kube, path, &o);
 	const char *ps = kj_str(o, "status.printableStatus");
-	snprintf(out, n, "%s", code == 200 && ps ? ps : "unknown");
+	utf8_snprintf(out, n, "%s", code == 200 && ps ? ps : "unknown");
 	cJSON_Delete(o);
 	free(path);
 }
@@ -807,14 +833,16 @@ int session_pod_ended(const cJSON *pod, char *out, size_t n)
 	if (which && strcmp(which, "terminated") == 0) {
 		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(st, "exitCode");
 		const char *reason = kj_str(st, "reason"), *msg = kj_str(st, "message");
-		snprintf(out, n, "the container ended (%s) with exit code %d%s%s",
-		         reason ? reason : "terminated", cJSON_IsNumber(ec) ? ec->valueint : -1,
-		         msg && *msg ? ": " : "", msg ? msg : "");
+		utf8_snprintf(out, n, "the container ended (%s) with exit code %d%s%s",
+		              reason ? reason : "terminated",
+		              cJSON_IsNumber(ec) ? ec->valueint : -1, msg && *msg ? ": " : "",
+		              msg ? msg : "");
 	} else {
 		const char *reason = kj_str(pod, "status.reason"),
 		           *msg = kj_str(pod, "status.message");
-		snprintf(out, n, "the Pod stopped (phase %s%s%s%s%s)", phase, reason ? ", " : "",
-		         reason ? reason : "", msg ? ": " : "", msg ? msg : "");
+		utf8_snprintf(out, n, "the Pod stopped (phase %s%s%s%s%s)", phase,
+		              reason ? ", " : "", reason ? reason : "", msg ? ": " : "",
+		              msg ? msg : "");
 	}
 	return 1;
 }

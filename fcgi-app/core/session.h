@@ -141,13 +141,22 @@ cJSON *session_json(const struct session *s);
  * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
 
+/* The longest error a session row keeps, in bytes (cut on a character). */
+#define SESSION_ERROR_MAX 1023
+
 /* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
- * its cluster objects. Idempotent; reloads s. 0 ok, -1 database trouble. */
+ * its cluster objects. error (any bytes: a guest's or a Pod's text) is
+ * stored as valid UTF-8, cut to SESSION_ERROR_MAX. Should the row refuse it
+ * anyway, a fixed ASCII error is stored instead; the objects are deleted
+ * whether or not the row could be written (a session that cannot be marked
+ * ended now holds no seat: its next look finds its machines gone).
+ * Idempotent; reloads s. 0 ok, -1 database trouble. */
 int session_finish(struct labctx *x, struct session *s, enum session_state state,
                    const char *end_reason, const char *error);
 
 /* A lab Pod (as the API shows it) that has ended: 1 and why in out (the
- * container's exit code, reason and message), else 0. */
+ * container's exit code, reason and message; valid UTF-8, cut on a
+ * character to fit n), else 0. */
 int session_pod_ended(const cJSON *pod, char *out, size_t n);
 
 /* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks

@@ -334,3 +334,129 @@ int util_dns_label_ok(const char *s)
 			return 0;
 	return 1;
 }
+
+/* ------------------------------------------------------------------ UTF-8 */
+
+/* The length of the well-formed character at s (n bytes left), or 0 when
+ * the bytes there are not one (Unicode 15, table 3-7; NUL counts as not). */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	unsigned char lo = 0x80, hi = 0xBF;
+	size_t len;
+	if (c >= 0x01 && c <= 0x7F)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF) {
+		len = 2;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		len = 3;
+		if (c == 0xE0)
+			lo = 0xA0; /* no overlong forms */
+		else if (c == 0xED)
+			hi = 0x9F; /* no surrogates */
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		len = 4;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F; /* nothing above U+10FFFF */
+	} else {
+		return 0; /* NUL, a continuation byte, C0, C1, F5..FF */
+	}
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+	return len;
+}
+
+size_t utf8_clean_cutn(char *dst, const void *src, size_t n, size_t max_bytes)
+{
+	static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
+	const unsigned char *s = src;
+	size_t i = 0, o = 0;
+	while (i < n) {
+		size_t k = utf8_char(s + i, n - i);
+		if (k) {
+			if (o + k > max_bytes)
+				break;
+			memcpy(dst + o, s + i, k);
+			i += k;
+		} else {
+			if (o + 3 > max_bytes)
+				break;
+			memcpy(dst + o, repl, 3);
+			i++;
+			k = 3;
+		}
+		o += k;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
+size_t utf8_clean_cut(char *dst, const char *src, size_t max_bytes)
+{
+	return utf8_clean_cutn(dst, src ? src : "", src ? strlen(src) : 0, max_bytes);
+}
+
+char *utf8_clean_dup(const void *src, size_t n, size_t max_bytes)
+{
+	/* at most 3 output bytes per input byte */
+	size_t cap = n <= max_bytes / 3 ? 3 * n : max_bytes;
+	char *out = xmalloc(cap + 1);
+	utf8_clean_cutn(out, src, n, cap);
+	return out;
+}
+
+size_t utf8_valid_prefix(const void *s, size_t n)
+{
+	const unsigned char *p = s;
+	size_t i = 0;
+	while (i < n) {
+		size_t k = utf8_char(p + i, n - i);
+		if (!k)
+			break;
+		i += k;
+	}
+	return i;
+}
+
+int utf8_valid(const void *s, size_t n)
+{
+	return utf8_valid_prefix(s, n) == n;
+}
+
+static char *utf8_vasprintf(size_t max_bytes, const char *fmt, va_list ap)
+{
+	char *raw;
+	if (vasprintf(&raw, fmt, ap) < 0)
+		oom();
+	char *out = utf8_clean_dup(raw, strlen(raw), max_bytes);
+	free(raw);
+	return out;
+}
+
+size_t utf8_snprintf(char *dst, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	if (!size)
+		return 0;
+	va_start(ap, fmt);
+	char *s = utf8_vasprintf(size - 1, fmt, ap);
+	va_end(ap);
+	size_t n = strlen(s);
+	memcpy(dst, s, n + 1);
+	free(s);
+	return n;
+}
+
+char *utf8_asprintf(size_t max_bytes, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = utf8_vasprintf(max_bytes, fmt, ap);
+	va_end(ap);
+	return s;
+}

@@ -57,6 +57,33 @@ char *util_read_file(const char *path, size_t max, size_t *len);
 /* Strip trailing whitespace in place. */
 void util_rstrip(char *s);
 
+/* UTF-8 for text that comes from guests, Pods, the cluster or students and
+ * goes to the database, a log line, an event or a JSON answer: valid UTF-8
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF; the
+ * rules PostgreSQL applies), never a NUL byte (text cannot hold one).
+ *
+ * utf8_clean_cutn() copies n bytes of src into dst: every well-formed
+ * character as it is, every other byte (a stray continuation byte, a
+ * truncated or overlong sequence, 0xC0/0xC1/0xF5..0xFF, NUL) as U+FFFD, and
+ * stops before the first character that would take the output past max_bytes
+ * (a character is never split). dst has room for max_bytes + 1 (the NUL is
+ * added); it must not overlap src. Returns the output's length. */
+size_t utf8_clean_cutn(char *dst, const void *src, size_t n, size_t max_bytes);
+/* The same for a NUL-terminated src (NULL is ""). */
+size_t utf8_clean_cut(char *dst, const char *src, size_t max_bytes);
+/* malloc'd utf8_clean_cutn() of src. */
+char *utf8_clean_dup(const void *src, size_t n, size_t max_bytes);
+/* 1 when the n bytes are valid UTF-8 without NUL bytes. */
+int utf8_valid(const void *s, size_t n);
+/* How many of the n bytes are, from the start (the offset of the first bad one). */
+size_t utf8_valid_prefix(const void *s, size_t n);
+/* snprintf() whose result is valid UTF-8, cut on a character boundary to
+ * fit size (whatever the arguments hold). Returns the length written. */
+size_t utf8_snprintf(char *dst, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The whole formatted text, made valid and cut to max_bytes: malloc'd. */
+char *utf8_asprintf(size_t max_bytes, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Kubernetes name and label rules. */
 int util_label_value_ok(const char *s); /* "" or [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, <= 63 */
 int util_dns_label_ok(const char *s);   /* [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 */

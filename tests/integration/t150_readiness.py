@@ -8,6 +8,7 @@ import json
 import threading
 import time
 
+import utf8text
 from labtest import Api, Db, Kube, env, reset_world, vm_of, wait_until
 from tap import T
 
@@ -207,6 +208,61 @@ def grading():
     t.eq((r.status, (r.json or {}).get("error")), (502, "agent_unreachable"),
          "agent gone: 502 with a clear error")
     api.end(s["id"])
+
+
+def gone(kind, name):
+    r = kube.get(kind, name)
+    return r.status == 404 or bool(r.json["metadata"].get("deletionTimestamp"))
+
+
+def seat_free(sid):
+    """None of the session's VMs is a lab VM any more (terminating ones count
+    against the capacity)."""
+    mine = {v[0] for v in db.query("SELECT vm_name FROM session_vms WHERE session_id = %s", sid)}
+    return not mine & {v["metadata"]["name"] for v in kube.lab_vms()}
+
+
+@t.test(name="a setup failing with multi-byte output (Japanese, systemctl's \u25cf, gcc's "
+             "quotes) across the 1023-byte cut: failed, not stuck; the error is the message "
+             "cut before the character; its VM is deleted, its seat free")
+def setup_fails_utf8():
+    out, rc = utf8text.setup_output("test-setup-utf8")
+    full = ("setting_up: the lab setup failed with exit code %d: " % rc
+            + utf8text.agent_log_tail(out)).encode()
+    t.require(utf8text.splits_at(full, 1023), "the lesson's output straddles byte 1023")
+    api = Api("student381")
+    s = api.start("test-setup-utf8").json
+    final = api.wait_state(s["id"], ("ready", "failed"), 120)  # every GET answers 200
+    t.eq((final["state"], final["stage"]), ("failed", "setting_up"), "failed in setting_up")
+    err = (final.get("error") or "").encode()
+    t.eq(err, utf8text.clean_cut(full, 1023), "the error: the whole message cut before the "
+         "character that did not fit")
+    t.ok(len(err) <= 1023 and "\u30bb\u30c3\u30c8\u30a2\u30c3\u30d7\u5931\u6557" in final["error"]
+         and "\u25cf" in final["error"] and "\u2018count\u2019" in final["error"],
+         "the setup's own text kept", final["error"][-200:])
+    t.eq(db.one("SELECT state, error FROM sessions WHERE id = %s", s["id"]),
+         ("failed", final["error"]), "the row says so")
+    wait_until(lambda: gone("virtualmachines", vm_of(final)), 30, what="VM deleted")
+    t.ok(gone("secrets", vm_of(final) + "-cloudinit"), "Secret deleted")
+    wait_until(lambda: seat_free(s["id"]), 60, what="its seat free (the VM gone, not terminating)")
+    t.eq(api.current().status, 404, "no open session: the student can start again")
+
+
+@t.test(name="an agent the student replaced answers bytes that are not UTF-8 (0xff, stray "
+             "continuation bytes, a cut character): the session fails with U+FFFD in their "
+             "place, its VM is deleted")
+def agent_bad_bytes():
+    api = Api("student382")
+    s = api.start("test-setup-badbytes").json
+    final = api.wait_state(s["id"], ("ready", "failed"), 120)
+    t.eq(final["state"], "failed", "failed, not stuck", final)
+    err = final.get("error") or ""
+    t.ok(err.startswith("setting_up: the lab setup failed with exit code 9: bad \ufffd bytes "
+                        "\ufffd\ufffd \u6587\u5b57\u5316\u3051"),
+         "each ill-formed byte is U+FFFD, the rest kept", err[:120])
+    t.ok(utf8text.valid(err.encode()) and len(err.encode()) <= 1023, "valid UTF-8, cut")
+    wait_until(lambda: gone("virtualmachines", vm_of(final)), 30, what="VM deleted")
+    wait_until(lambda: seat_free(s["id"]), 60, what="its seat free (the VM gone, not terminating)")
 
 
 reset_world(kube, db)

@@ -11,6 +11,7 @@ import subprocess
 import time
 import uuid
 
+import utf8text
 from labtest import PREFIX, Api, Db, Kube, env, reset_world, users, vm_of, wait_until
 from tap import T
 
@@ -153,6 +154,52 @@ def named_failures():
     t.ok(s["error"].startswith("scheduling: the Pod was not scheduled within 3 s "
                                "(Unschedulable"), s["error"])
     t.ok("Insufficient memory" in s["error"], "the scheduler's reason", s["error"])
+
+
+@t.test(name="a Pod's setup failing with multi-byte output across the 1023-byte cut: failed, "
+             "not stuck; the error is the message cut before the character; Pod deleted")
+def named_failure_utf8():
+    out, rc = utf8text.setup_output("test-pod-utf8")
+    full = ("setting_up: the lab setup failed with exit code %d: " % rc
+            + utf8text.termination_message(out)).encode()
+    t.require(utf8text.splits_at(full, 1023), "the termination message straddles byte 1023")
+    api = Api("student383")
+    s = api.wait_state(api.start("test-pod-utf8").json["id"], ("failed", "ready"), 60)
+    t.eq((s["state"], s["stage"]), ("failed", "setting_up"), "failed in setting_up")
+    t.eq((s.get("error") or "").encode(), utf8text.clean_cut(full, 1023),
+         "the error: the whole message cut before the character that did not fit")
+    t.ok("\u2018count\u2019 \u672a\u5b9a\u7fa9\u3067\u3059 \u25cf" in s["error"], "the setup's text kept")
+    wait_until(lambda: gone("pods", vm_of(s)), 20, what="the failed Pod deleted")
+    t.ok(gone("secrets", vm_of(s) + "-files"), "and its Secret")
+    t.ok(vm_of(s) not in {p["metadata"]["name"] for p in kube.list("pods", LAB_PODS)},
+         "its Pod seat is free")
+
+
+@t.test(name="Pod grading output that is not UTF-8 (0xff, stray continuation bytes, NUL, a "
+             "cut character) or long: U+FFFD in place, cut on a character, and the grade is "
+             "stored (last_grade), not shown once and lost")
+def grading_bytes():
+    api = Api("student384")
+    s = api.wait_state(api.start("test-pod-bytes").json["id"], ("ready",), 60)
+    r = api.grade(s["id"])
+    t.eq(r.status, 200, "graded", r)
+    steps = (r.json or {}).get("steps") or [{}, {}]
+    bad = steps[0].get("output") or ""
+    t.eq(bad, "bad \ufffd \ufffd\ufffd cut \ufffd\ufffd nul \ufffd end\nerr \ufffd\n",
+         "each ill-formed byte and the NUL are U+FFFD; stdout then stderr")
+    t.eq((steps[0].get("passed"), steps[0].get("exit_code")), (False, 1), "its exit code")
+    long_out = steps[1].get("output") or ""
+    body = long_out.removesuffix("\n[output truncated]")
+    t.ok(long_out.endswith("\n[output truncated]") and len(body.encode()) <= 8192
+         and ("\u6587\u5b57\u25cf" * 1500).startswith(body) and len(body.encode()) > 8180,
+         "a long multi-byte output is cut on a character", long_out[-40:])
+    g = api.get(s["id"]).json
+    stored = g.get("last_grade") or {}
+    t.eq([x.get("output") for x in stored.get("steps") or []], [bad, long_out],
+         "the grade is stored with the session as it was shown")
+    t.ok(db.one("SELECT last_grade IS NOT NULL FROM sessions WHERE id = %s", s["id"])[0],
+         "last_grade written")
+    api.end(s["id"])
 
 
 @t.test(name="pod_capacity is counted in the cluster apart from VM seats, strict under a burst")

@@ -13,6 +13,8 @@ import threading
 import time
 import uuid
 
+import utf8text
+from fcgiclient import LabFcgi
 from labtest import PREFIX, Api, Db, Kube, env, frontends, reset_world, users, wait_until
 from tap import T
 
@@ -296,6 +298,169 @@ def setup_fails():
     t.eq(s.json.get("pool"), False, "a press for it is a cold start")
     if s.status == 201:
         st.end(s.json["id"])
+
+
+@t.test(name="a pool VM whose setup fails with multi-byte output across the 1023-byte cut is "
+             "retired (its error cut before the character) and deleted; the tick succeeds, "
+             "the pool does not grow")
+def setup_fails_utf8():
+    cold_reset()
+    out, rc = utf8text.setup_output("test-setup-utf8")
+    full = ("the lab setup failed with exit code %d: " % rc
+            + utf8text.agent_log_tail(out)).encode()
+    t.require(utf8text.splits_at(full, 1023), "the lesson's output straddles byte 1023")
+    wid = warm("test-setup-utf8", 1)
+    try:
+        def retired():
+            tick()  # exit status 0: the retire's row was written
+            return db.one("SELECT vm_name, error FROM pool_vms WHERE lesson = 'test-setup-utf8' "
+                          "AND state = 'deleted' AND delete_reason = 'setup_failed' LIMIT 1")
+        row = wait_until(retired, timeout=120, interval=0.3, what="the failing pool VM retired")
+        t.eq((row[1] or "").encode(), utf8text.clean_cut(full, 1023),
+             "its error: the message cut before the character that did not fit")
+        wait_until(lambda: kube.get("virtualmachines", row[0]).status == 404, timeout=30,
+                   what="the retired VM deleted")
+        t.ok(len(rows("test-setup-utf8")) <= 1, "one pool VM at a time (target 1), not one "
+             "more failing VM per tick", rows("test-setup-utf8"))
+    finally:
+        OP.request("DELETE", f"/api/operator/pool/{wid}")
+    tick()
+    t.eq(rows("test-setup-utf8"), [], "cancelled: nothing left")
+
+
+@t.test(name="the pool lock held elsewhere (a long tick): a claim answers and its worker "
+             "serves the next request while the lock is still held")
+def claim_lock_held():
+    cold_reset()
+    wid = warm("linux-basics", 1)
+    wait_ready("linux-basics", 1)
+    holder = Db()  # another tick (the reaper's, another claim's) holds the pool lock
+    holder.query("SELECT pg_advisory_lock(7304, hashtext(%s))", ENV)
+    sid = None
+    try:
+        with LabFcgi(threads=1) as f:  # one worker: a stalled one serves nobody
+            r = f.request("POST", "/api/sessions", "student385", {"lesson": "linux-basics"})
+            t.eq((r.status, (r.json or {}).get("pool")), (201, True), "the claim answered", r)
+            sid = (r.json or {}).get("id")
+            g = f.request("GET", f"/api/sessions/{sid}", "student385", timeout=30)
+            t.eq((g.status, (g.json or {}).get("state")), (200, "ready"),
+                 "the next request answered by the same worker")
+            h = f.request("GET", "/api/healthz", None, timeout=30)
+            t.ok(h.status in (200, 503), "and the one after", h)
+            held = holder.one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                              "AND classid = 7304 AND granted AND pid = pg_backend_pid()")
+            t.eq(held, (1,), "the lock was held all along")
+    finally:
+        holder.query("SELECT pg_advisory_unlock_all()")
+        holder.close()
+        OP.request("DELETE", f"/api/operator/pool/{wid}")
+        if sid:
+            Api("student385").end(sid)
+
+
+def fillers(n, kind="virtualmachines"):
+    """n lab objects of another environment that hold seats (counted by every
+    environment's admission) and run nothing: halted VMs, unschedulable Pods."""
+    names = []
+    for _ in range(n):
+        name = "lab-" + uuid.uuid4().hex
+        labels = {f"{PREFIX}/lab-session": "true", f"{PREFIX}/environment": "t180-filler"}
+        if kind == "pods":
+            obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+                   "spec": {"nodeSelector": {"t180": "nowhere"},
+                            "containers": [{"name": "lab", "image": "docker.io/library/debian:12"}]}}
+        else:
+            obj = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                   "metadata": {"name": name, "labels": labels},
+                   "spec": {"runStrategy": "Halted", "template": {"spec": {
+                       "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}}}}}
+        r = kube.create(kind, obj)
+        assert r.status == 201, r
+        names.append(name)
+    return names
+
+
+def drop(names, kind="virtualmachines"):
+    for n in names:
+        kube.delete(kind, n)
+
+
+def yielded():
+    return db.one("SELECT count(*) FROM pool_vms WHERE environment = %s "
+                  "AND delete_reason = 'yielded'", ENV)[0]
+
+
+@t.test(name="yield only what makes the start fit: a 3-machine start short by 3 with 2 idle "
+             "pool VMs deletes none (pressed 3 times); with 4 idle it takes 3 and starts")
+def yield_multi():
+    cold_reset()
+    wid = warm("linux-basics", 2)
+    wait_ready("linux-basics", 2)
+    OP.request("DELETE", f"/api/operator/pool/{wid}")  # no refill competes
+    fill = fillers(CAPACITY - 2)
+    st = Api("student386")
+    try:
+        codes = [st.start("test-multi") for _ in range(3)]
+        t.eq([(r.status, (r.json or {}).get("error")) for r in codes],
+             [(503, "capacity_full")] * 3, "refused for capacity each time")
+        t.eq((yielded(), len(rows("linux-basics"))), (0, 2),
+             "no pool VM deleted for a start that could not fit anyway")
+        drop(fill[:2])
+        wait_until(lambda: len(kube.lab_vms()) == CAPACITY - 2, timeout=30, what="two seats free")
+        wid = warm("linux-basics", 4)  # the first request was cancelled: a target of 4
+        wait_ready("linux-basics", 4)
+        OP.request("DELETE", f"/api/operator/pool/{wid}")
+        r = st.start("test-multi")
+        t.eq(r.status, 201, "4 idle pool VMs, 3 seats short: admitted", r.json)
+        t.eq((yielded(), len(rows("linux-basics"))), (3, 1), "exactly 3 yielded, 1 kept")
+        if r.status == 201:
+            st.end(r.json["id"])
+    finally:
+        drop(fill)
+
+
+@t.test(name="yield only what makes the start fit: a start with the line ahead of it deletes "
+             "no pool VM")
+def yield_line():
+    cold_reset()
+    wid = warm("linux-basics", 2)
+    wait_ready("linux-basics", 2)
+    OP.request("DELETE", f"/api/operator/pool/{wid}")
+    fill = fillers(CAPACITY - 2)
+    a, b = Api("student387"), Api("student388")
+    qid = None
+    try:
+        r = a.request("POST", "/api/sessions", {"lesson": "test-multi", "queue": True})
+        t.eq(r.status, 202, "a 3-machine start joins the line", r.json)
+        qid = (r.json or {}).get("id")
+        before = (yielded(), len(rows("linux-basics")))
+        r = b.start("linux-basics")
+        t.eq((r.status, (r.json or {}).get("error"), (r.json or {}).get("queued")),
+             (503, "capacity_full", 3), "a press behind the line is refused", r.json)
+        t.eq((yielded(), len(rows("linux-basics"))), before,
+             "no pool VM deleted for it: the seat would be the line's")
+        t.eq(before, (0, 2), "nor for the 3-machine start")
+    finally:
+        if qid:
+            a.end(qid)
+        drop(fill)
+
+
+@t.test(name="a Pod lesson's start refused for pod_capacity deletes no pool VM (a VM seat "
+             "is no Pod seat)")
+def yield_pod():
+    cold_reset()
+    wid = warm("linux-basics", 1)
+    wait_ready("linux-basics", 1)
+    OP.request("DELETE", f"/api/operator/pool/{wid}")
+    cap = int(re.search(r"(?m)^pod_capacity = (\d+)$", open(env("LABVM_CONF")).read()).group(1))
+    fill = fillers(cap, "pods")
+    try:
+        r = Api("student389").start("k8s-pod-intro")
+        t.eq((r.status, (r.json or {}).get("error")), (503, "capacity_full"), "refused", r.json)
+        t.eq((yielded(), len(rows("linux-basics"))), (0, 1), "the pool VM kept")
+    finally:
+        drop(fill, "pods")
 
 
 @t.test(name="reaper: healthy pool VMs kept, unowned and vanished ones reclaimed, own environment only")

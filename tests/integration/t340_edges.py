@@ -231,11 +231,45 @@ def grace_min():
         holder.query("ROLLBACK")
         holder.close()
     t.eq(r.returncode, 0, "the reaper ran", (r.stdout + r.stderr)[-300:])
+    t.ok("(lesson kubeadm-cluster) and a start is in flight: grace 180 s this run"
+         in r.stdout + r.stderr, "the grace of the largest lesson's start (3 machines: 180 s)",
+         (r.stdout + r.stderr)[-300:])
     t.eq(kube.get("secrets", name).status, 200, "a start in flight: the young object is kept")
     r = subprocess.run(reaper, env=e, capture_output=True, text=True, timeout=120)
     s = kube.get("secrets", name)
     t.ok(s.status == 404 or s.json["metadata"].get("deletionTimestamp"),
          "no start in flight: --grace 0 reaps it", (r.stdout + r.stderr)[-300:])
+
+
+@t.test(name="orphan grace for the largest lesson: enough for one machine but not for "
+             "kubeadm-cluster's three is refused by --check (naming the lesson and the minimum) "
+             "and warned about at start; enough for three passes; one-machine lessons need less")
+def grace_machines():
+    # kube_timeout 3 s, lock 1 s: one machine 2 + 7 x 3 + 10 = 33 s; three 2 + 16 x 3 + 10 = 60 s
+    over = {"kube_timeout_ms": "3000", "capacity_lock_timeout_ms": "1000"}
+    fcgi = os.path.join(BIN, "labvm.fcgi")
+
+    def check(name, extra):
+        r = subprocess.run([fcgi, "--check"], env=dict(os.environ, LABVM_CONF=own_conf(
+            name, dict(over, **extra))), capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr
+    rc, out = check("grace40.conf", {"orphan_grace_s": "40"})
+    t.ok(rc != 0 and 'lesson "kubeadm-cluster"' in out and "3 machines: 60 s" in out
+         and "orphan_grace_s = 60 or more" in out, "40 s refused for kubeadm-cluster", out[-400:])
+    rc, out = check("grace60.conf", {"orphan_grace_s": "60"})
+    t.eq(rc, 0, "60 s accepted", out[-400:])
+    d = os.path.join(STATE, "t340", "lessons-single")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copy(os.path.join(env("LABVM_SRC"), "conf", "lessons", "linux-basics.json"), d)
+    rc, out = check("grace40single.conf", {"orphan_grace_s": "40", "lessons_dir": d})
+    t.eq(rc, 0, "40 s is enough when every lesson has one machine", out[-400:])
+    with LabFcgi(dict(over, orphan_grace_s="40")) as f:
+        t.ok(f.request("GET", "/api/healthz").status in (200, 503), "labvm.fcgi serves with it")
+        with open(os.path.join(f.dir, "labvm.fcgi.log")) as lf:
+            log = lf.read()
+    t.ok('orphan_grace_s 40 is shorter than the longest start of lesson "kubeadm-cluster"' in log
+         and "warn" in log, "and warns at start", log[-600:])
 
 
 @t.test(name="--check refuses a lesson whose minutes are shorter than its start deadlines")

@@ -102,6 +102,28 @@ def stuck():
     wait_until(lambda: not exists("virtualmachines", vm_of(s)), 15, what="VM deleted")
 
 
+@t.test(name="no browser polling, an agent the student replaced answers bytes that are not "
+             "UTF-8: the reaper fails the session (U+FFFD in their place, exit 0), its VM goes; "
+             "the next run has nothing left to do")
+def reaper_bad_bytes():
+    api = Api("student391")
+    s = api.start("test-setup-badbytes").json
+
+    def failed():
+        rc, out = reap()
+        row = db.one("SELECT state, error FROM sessions WHERE id = %s", s["id"])
+        return (rc, out, row) if row[0] != "starting" else None
+    rc, out, row = wait_until(failed, 120, 0.5, "the reaper failing the session")
+    t.eq((rc, summary(out, "errors"), summary(out, "failed_stuck")), (0, 0, 1),
+         "exit 0, no errors, counted", out[-500:])
+    t.eq(row[0], "failed", "failed")
+    t.ok((row[1] or "").startswith("setting_up: the lab setup failed with exit code 9: bad "
+                                   "\ufffd bytes \ufffd\ufffd "), "U+FFFD in place", row[1])
+    wait_until(lambda: not exists("virtualmachines", vm_of(s)), 30, what="VM deleted")
+    rc, out = reap()
+    t.eq((rc, summary(out, "errors")), (0, 0), "the next run: no error left", out[-300:])
+
+
 @t.test(name="an orphan VM of this environment is deleted after the grace period, not before")
 def orphan_vm():
     lab_vm("orphan-vm-1")

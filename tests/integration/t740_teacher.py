@@ -39,7 +39,7 @@ def lesson_file(name, text=None, **changes):
         if v is None:
             del d[k]
     path = os.path.join(TMP, f"{name}.json")
-    with open(path, "w") as f:
+    with open(path, "w", errors="surrogateescape") as f:  # a raw byte as \udcXX
         f.write(text if text is not None else json.dumps(d, indent=2))
     return path
 
@@ -89,6 +89,23 @@ CASES = [
      ['grader[1].command ("broken"): not a valid shell command: line 1: Syntax error']),
     ("reserved-path", dict(files=[{"path": "/opt/labvm/agent.py", "content": "x"}]),
      ['files[0].path: "/opt/labvm/agent.py" is labvm\'s own']),
+    # labvm's ready flag, token and agent however the path is spelt (issue #26)
+    ("reserved-slashes", dict(files=[{"path": "//var/lib/labvm/ready", "content": ""}]),
+     ['files[0].path: "//var/lib/labvm/ready" is labvm\'s own (/var/lib/labvm)']),
+    ("reserved-dot", dict(files=[{"path": "/root/a", "content": ""},
+                                 {"path": "/var/lib/./labvm/ready", "content": ""}]),
+     ['files[1].path: "/var/lib/./labvm/ready" is labvm\'s own (/var/lib/labvm)']),
+    ("reserved-dotdot", dict(files=[{"path": "/var/lib/labvm/../labvm/x", "content": ""}]),
+     ['files[0].path: "/var/lib/labvm/../labvm/x" must have no ".." component']),
+    ("reserved-token", dict(files=[{"path": "/etc//labvm/agent-token", "content": "x"}]),
+     ['files[0].path: "/etc//labvm/agent-token" is labvm\'s own (/etc/labvm)']),
+    ("reserved-pod-flag", dict(runtime="pod", disk=None, image="docker.io/library/debian:12",
+                               files=[{"path": "/var/run/labvm/ready", "content": ""}]),
+     ['files[0].path: "/var/run/labvm/ready" is labvm\'s own (/var/run/labvm)']),
+    ("reserved-machine", dict(machines=[{"name": "cp", "files": [
+        {"path": "/var/lib/labvm/./ready", "content": ""}]}]),
+     ['machine "cp": files[0].path: "/var/lib/labvm/./ready" is labvm\'s own']),
+    ("not-utf8", '{"id": "not-utf8", "title": "caf\udcff"}', ["not valid UTF-8 from byte offset 32"]),
     ("broken-json", '{"id": "broken-json",\n  "title": "x"\n  "runtime": "vm"}', ["line 3, column 3: not valid JSON"]),
 ]
 
@@ -118,6 +135,64 @@ def warnings():
     t.ok('"id": "warn-me", but the file is called other-name.json' in out, "file name vs id", out)
     rc, out = check(p, lesson_file("no-image2", image=None))
     t.eq(rc, 1, "several files: one bad one makes the status 1", out)
+
+
+@t.test(name="--check: its scratch files are in a private directory of its own (mkdtemp, "
+             "under TMPDIR), removed at the end; no predictable name in /tmp")
+def scratch_private():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    IN_CREATE, IN_ISDIR, IN_NONBLOCK = 0x100, 0x40000000, 0o4000
+    tmp = os.path.join(TMP, "tmpdir")
+    os.makedirs(tmp)
+    fd = libc.inotify_init1(IN_NONBLOCK)
+    t.require(fd >= 0 and libc.inotify_add_watch(fd, tmp.encode(), IN_CREATE) >= 0, "inotify")
+    env = {k: v for k, v in ENV.items() if k != "LABVM_CONF"}
+    r = subprocess.run([FCGI, "--check", lesson_file("scratch-me")], capture_output=True,
+                       text=True, env=dict(env, TMPDIR=tmp, LABVM_CONF="/nonexistent"))
+    events = []
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        data = b""
+    os.close(fd)
+    i = 0
+    while i + 16 <= len(data):  # struct inotify_event: wd, mask, cookie, len, name
+        mask, n = int.from_bytes(data[i + 4:i + 8], "little"), int.from_bytes(data[i + 12:i + 16], "little")
+        events.append((data[i + 16:i + 16 + n].rstrip(b"\0").decode(), bool(mask & IN_ISDIR)))
+        i += 16 + n
+    t.eq(r.returncode, 0, "the lesson is usable", r.stdout + r.stderr)
+    t.ok("not checked (no private directory" not in r.stdout and
+         ("valid for cloud-init's schema" in r.stdout or not shutil.which("cloud-init")),
+         "the checks that need files ran", r.stdout)
+    t.eq(len(events), 1, "one thing made in TMPDIR", events)
+    t.ok(events and events[0][1] and re.fullmatch(r"labvm-check-[A-Za-z0-9]{6}", events[0][0]),
+         "a directory from mkdtemp (everything else inside it)", events)
+    t.eq(os.listdir(tmp), [], "removed at the end")
+
+
+@t.test(name="a lesson that writes labvm's ready flag (//var/lib/labvm/ready): labvm.fcgi "
+             "--check and the server refuse the lessons, naming the lesson and the path")
+def server_refuses_reserved():
+    d = os.path.join(TMP, "lessons-reserved")
+    os.makedirs(d)
+    shutil.copy(os.path.join(SRC, "conf", "lessons", "linux-basics.json"), d)
+    lesson_file("flag-early", files=[{"path": "//var/lib/labvm/ready", "content": ""}])
+    shutil.move(os.path.join(TMP, "flag-early.json"), d)
+    conf = os.path.join(TMP, "reserved.conf")
+    with open(ENV["LABVM_CONF"]) as f:
+        lines = [ln for ln in f if not ln.startswith("lessons_dir")]
+    with open(conf, "w") as f:
+        f.writelines(lines + [f"lessons_dir = {d}\n"])
+    e = dict(ENV, LABVM_CONF=conf)
+    r = subprocess.run([FCGI, "--check"], capture_output=True, text=True, env=e)
+    want = f'{d}/flag-early.json: files[0].path: "//var/lib/labvm/ready" is labvm\'s own'
+    t.ok(r.returncode != 0 and want in r.stderr, "--check refuses it, naming the lesson",
+         r.stderr[-400:])
+    r = subprocess.run([FCGI, "--listen", os.path.join(TMP, "never.sock")], capture_output=True,
+                       text=True, env=e, timeout=30)
+    t.ok(r.returncode != 0 and want in r.stderr, "the server does not start with it",
+         r.stderr[-400:])
 
 
 def try_lesson(path):

@@ -357,7 +357,7 @@ class Stack:
             "stream_keepalive_s": "2",
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
-            "orphan_grace_s": "120",
+            "orphan_grace_s": "300",  # >= the longest start of kubeadm-cluster
             "operators": "operator",
             "log_level": "info",
         }

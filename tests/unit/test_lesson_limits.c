@@ -1,5 +1,7 @@
 /* lesson_parse(): numbers out of range (the fuzzer's float-cast overflow),
- * minutes shorter than the start deadlines, the grade deadline. */
+ * minutes shorter than the start deadlines, the grade deadline, files in
+ * labvm's reserved places however spelt, text that is not UTF-8. */
+#include <stdio.h>
 #include <string.h>
 
 #include "lesson.h"
@@ -39,5 +41,73 @@ int main(void)
 	lesson_free(&l);
 	CHECK(parse("{" BASE ", \"grade_timeout_s\": 0}", err, sizeof err) < 0,
 	      "grade_timeout_s 0 refused");
+
+	/* files[].path: labvm's own places are refused however they are spelt
+	 * (issue #26: the ready flag written before setup ran) */
+	static const char *const reserved[] = {
+	    "/var/lib/labvm/ready",
+	    "//var/lib/labvm/ready",
+	    "/var/lib/./labvm/ready",
+	    "/var//lib/labvm/./ready",
+	    "/var/lib/labvm",
+	    "/etc/labvm/agent-token",
+	    "/opt/labvm/agent.py",
+	    "/opt/labvm/setup.sh",
+	    "/var/log/labvm-setup.log",
+	    "/run/labvm/ready",
+	    "/var/run/labvm/ready",
+	    "/labvm/setup.sh",
+	    "/dev/termination-log",
+	    "/var/log/labvm-agent.log",
+	    "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"};
+	int all = 1;
+	for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+		char j2[512];
+		snprintf(j2, sizeof j2,
+		         "{" BASE ", \"files\": [{\"path\": \"%s\", \"content\": \"x\"}]}",
+		         reserved[i]);
+		int bad = parse(j2, err, sizeof err) < 0 && strstr(err, "is labvm's own") &&
+		          strstr(err, reserved[i]);
+		if (!bad)
+			printf("# %s: %s\n", reserved[i], err);
+		all &= bad;
+	}
+	CHECK(all, "every spelling of a reserved path is refused, naming it as given");
+	static const char *const dotdot[] = {"/var/lib/labvm/../labvm/x", "/var/run/../etc/labvm/t",
+	                                     "/root/..", "/.."};
+	all = 1;
+	for (size_t i = 0; i < sizeof dotdot / sizeof dotdot[0]; i++) {
+		char j2[512];
+		snprintf(j2, sizeof j2,
+		         "{" BASE ", \"files\": [{\"path\": \"%s\", \"content\": \"x\"}]}",
+		         dotdot[i]);
+		all &= parse(j2, err, sizeof err) < 0 && strstr(err, "no \"..\" component");
+	}
+	CHECK(all, "a \"..\" component is refused (resolved through the image's symlinks, "
+	           "/var/run/.. is /)");
+	CHECK(parse("{" BASE ", \"files\": [{\"path\": \"/root/lab/\", \"content\": \"x\"}]}", err,
+	            sizeof err) < 0 &&
+	          strstr(err, "name a file"),
+	      "a directory is refused (%s)", err);
+	CHECK(parse("{" BASE ", \"files\": [{\"path\": \"root/a\", \"content\": \"x\"}]}", err,
+	            sizeof err) < 0 &&
+	          strstr(err, "must be absolute"),
+	      "a relative path is refused (%s)", err);
+	j = "{" BASE ", \"files\": [{\"path\": \"//root/./lab//a\", \"content\": \"x\"}, "
+	    "{\"path\": \"/etc/labvmx/b\", \"content\": \"y\"}]}";
+	CHECK(lesson_parse(j, strlen(j), &l, err, sizeof err) == 0 && l.nfiles == 2 &&
+	          strcmp(l.files[0].path, "/root/lab/a") == 0 &&
+	          strcmp(l.files[1].path, "/etc/labvmx/b") == 0,
+	      "a lesson's own path is normalised (//root/./lab//a is /root/lab/a); /etc/labvmx is "
+	      "not /etc/labvm");
+	lesson_free(&l);
+	j = "{" BASE ", \"machines\": [{\"name\": \"cp\", \"files\": [{\"path\": "
+	    "\"/var/lib//labvm/ready\", \"content\": \"\"}]}]}";
+	CHECK(parse(j, err, sizeof err) < 0 && strstr(err, "machine \"cp\"") &&
+	          strstr(err, "labvm's own"),
+	      "a machine's files too (%s)", err);
+	j = "{\"id\": \"x\", \"title\": \"\xff\xfe\", \"runtime\": \"vm\", \"image\": \"i\"}";
+	CHECK(parse(j, err, sizeof err) < 0 && strstr(err, "not valid UTF-8 from byte offset 22"),
+	      "a lesson file that is not UTF-8 is refused, naming the byte (%s)", err);
 	return unit_done();
 }

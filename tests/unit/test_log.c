@@ -1,9 +1,12 @@
 /* log: the text and JSON-lines formats (one line per event, session_id
- * picked out of the message, escaping); metrics: label escaping. */
+ * picked out of the message, escaping, valid UTF-8 whatever the message
+ * holds); metrics: label escaping. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -62,7 +65,38 @@ int main(void)
 	out = capturef("x", "a0b6f4c1e-9a2d-4c3b-8e7f-112233445566", "");
 	CHECK(strstr(out, "session_id") == NULL,
 	      "json: a UUID inside a longer hex run is not taken");
+	/* a guest's text: ill-formed bytes, and a message far over the line's
+	 * size in multi-byte characters: valid UTF-8, well-formed JSON, one line */
+	static char big[6000];
+	big[0] = '\0';
+	strcat(big, "setup: \xff\x80\xc0\xaf ");
+	while (strlen(big) + 8 < sizeof big)
+		strcat(big, "\xE3\x81\x82\xE2\x97\x8F");
+	int all = 1;
+	for (int shift = 0; shift < 3; shift++) {
+		out = capture(big + (shift ? 11 + shift : 0));
+		cJSON *j = cJSON_Parse(out);
+		all &= unit_utf8_valid((unsigned char *)out, strlen(out)) && cJSON_IsObject(j) &&
+		       strchr(out, '\n') == out + strlen(out) - 1;
+		cJSON_Delete(j);
+	}
+	CHECK(all, "json: ill-formed bytes and a long multi-byte message: valid UTF-8, valid JSON, "
+	           "one line");
+	out = capture("a\"\x01\xE3\x81\x82");
+	CHECK(strstr(out, "a\\\"\\u0001\xE3\x81\x82\"") != NULL,
+	      "json: escapes beside "
+	      "a multi-byte character: %s",
+	      out);
 	log_set_format("text");
+	all = 1;
+	for (int shift = 0; shift < 3; shift++) {
+		out = capture(big + 12 + shift);
+		all &= unit_utf8_valid((unsigned char *)out, strlen(out)) &&
+		       strchr(out, '\n') == out + strlen(out) - 1 && strlen(out) < 2048;
+	}
+	CHECK(all, "text: a long multi-byte message is cut on a character, one line");
+	out = capture("bad \xff byte");
+	CHECK(strstr(out, "bad \xEF\xBF\xBD byte\n") != NULL, "text: an ill-formed byte is U+FFFD");
 
 	char esc[64];
 	metrics_escape(esc, sizeof esc, "a\"b\\c\nd");
