@@ -261,7 +261,9 @@ def grace_machines():
     d = os.path.join(STATE, "t340", "lessons-single")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    shutil.copy(os.path.join(env("LABVM_SRC"), "conf", "lessons", "linux-basics.json"), d)
+    src = os.path.join(env("LABVM_SRC"), "conf", "lessons")
+    shutil.copy(os.path.join(src, "linux-basics.json"), d)
+    shutil.copytree(os.path.join(src, "guides", "linux-basics"), os.path.join(d, "guides", "linux-basics"))
     rc, out = check("grace40single.conf", {"orphan_grace_s": "40", "lessons_dir": d})
     t.eq(rc, 0, "40 s is enough when every lesson has one machine", out[-400:])
     with LabFcgi(dict(over, orphan_grace_s="40")) as f:
