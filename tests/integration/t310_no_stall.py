@@ -199,6 +199,8 @@ def tty_size_storm():
                60, 0.1, "no tty-size in flight")
     recs = records(kube, vm)
     sent = [json.loads(e["body"]) for e in recs if e["ev"] == "req"]
+    t.diag(f"storm: {len(answers)} requests ({len(pend)} answered 202), {len(sent)} sent to "
+           f"the frozen agent; 9 other students' GETs answered meanwhile")
     t.eq(sent[-1], {"cols": 111, "rows": 37}, "the last size asked for was the last one sent")
     t.eq(max(e["conc"] for e in recs if e["ev"] == "open"), 1,
          "one request at a time at the agent")
