@@ -8,7 +8,13 @@
  * event); with it, every event after that id, in order. The stream ends
  * after the first event whose state is ready, failed or ended (the final
  * event); a reconnect after the final event gets 204, which tells
- * EventSource to stop. */
+ * EventSource to stop. A Last-Event-ID beyond the session's newest event
+ * (another session's id, or made up) counts as its newest: the stream still
+ * gets the final event, whatever id it was opened with.
+ *
+ * Each user has stream_max_per_user streams at most, in all processes
+ * together (stream_slot_take): one more is 429 too_many_streams with
+ * Retry-After, and the page polls instead. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +22,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "jsonx.h"
 #include "log.h"
 #include "session.h"
 #include "stream.h"
@@ -72,6 +79,11 @@ enum hres api_session_events(struct req *r)
 		return H_DONE;
 	}
 	if (after >= 0) {
+		long long newest = session_last_event(r->x, r->sess->id);
+		if (newest < 0)
+			return api_db_error(r);
+		if (after > newest)
+			after = newest; /* nothing of this session is after it: from now on */
 		if (session_events_load(r->x, r->sess->id, after, 100, &ev, &n) < 0)
 			return api_db_error(r);
 		last = after;
@@ -105,6 +117,22 @@ enum hres api_session_events(struct req *r)
 		session_events_free(ev, n);
 		return H_DONE;
 	}
+	int slot = stream_slot_take(&r->x->db, r->user);
+	if (slot < 0) {
+		session_events_free(ev, n);
+		if (slot == -2)
+			return api_db_error(r);
+		char m[160];
+		snprintf(m, sizeof m,
+		         "you have %d event streams open already, the most one user may: poll "
+		         "the session, or close another tab",
+		         r->x->cfg->stream_max_per_user);
+		cJSON *e = error_json(E_TOO_MANY_STREAMS, m);
+		jx_add_num(e, "retry_after_s", 5);
+		resp_header(r, "Retry-After", "%d", 5);
+		resp_error_json(r, E_TOO_MANY_STREAMS, e);
+		return H_DONE;
+	}
 	write_head(r, 200);
 	int final = 0;
 	for (size_t i = 0; i < n && !final; i++) {
@@ -115,13 +143,14 @@ enum hres api_session_events(struct req *r)
 		final = ev[i].s.state != SESSION_STARTING;
 	}
 	session_events_free(ev, n);
-	if (final || (n == 100 && after >= 0)) {
-		/* done (or more than one answer's worth behind: the client resumes) */
+	if (final || (n == 100 && after >= 0) || FCGX_FFlush(r->fr->out) != 0 ||
+	    FCGX_GetError(r->fr->out)) {
+		/* done (or more than one answer's worth behind: the client resumes;
+		 * or the client is gone) */
+		stream_slot_release(&r->x->db, r->user, slot);
 		return H_DONE;
 	}
-	if (FCGX_FFlush(r->fr->out) != 0 || FCGX_GetError(r->fr->out))
-		return H_DONE;
-	stream_adopt(r->fr, r->sess->id, last, r->sess->state == SESSION_STARTING);
+	stream_adopt(r->fr, r->sess->id, last, r->sess->state == SESSION_STARTING, r->user, slot);
 	r->adopted = 1;
 	return H_DONE;
 }

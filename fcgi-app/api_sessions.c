@@ -1189,11 +1189,86 @@ enum hres api_console_ticket(struct req *r)
 /* The browser terminal's size for a VM's serial console: the guest agent sets
  * it on the guest's console tty (a serial line has no size of its own; the
  * kernel then signals the program in front). A Pod's exec stream takes its
- * size on the console WebSocket instead. */
+ * size on the console WebSocket instead.
+ *
+ * One agent request in flight per session (LEASE_TTY), like grades and
+ * probes: every request first records its size for its machine (tty_seq
+ * numbers them, sql/010); the one that takes the lease sends each machine's
+ * newest size (the VMI read again first: the token goes only to this
+ * session's VMI), and looks again after it lets go, so a size recorded
+ * while it was sending is sent too. A request that finds the lease taken
+ * answers 202 {"cols","rows","pending":true} at once: the holder sends its
+ * size, or a newer one. A frozen agent costs its student one worker, for as
+ * long as that student keeps asking, and the class nothing. */
+struct tty_pending {
+	char vm_name[64];
+	int cols, rows;
+	char seq[24];
+};
+
+/* The first machine of s with a size not sent yet. 1 found, 0 none, -1 db. */
+static int tty_next(struct labctx *x, const char *sid, struct tty_pending *p)
+{
+	const char *q[1] = {sid};
+	PGresult *res = db_exec(&x->db,
+	                        "SELECT vm_name, tty_cols, tty_rows, tty_seq FROM session_vms "
+	                        "WHERE session_id = $1::uuid AND tty_seq > tty_sent AND "
+	                        "tty_cols IS NOT NULL ORDER BY vm_name LIMIT 1",
+	                        1, q);
+	if (!res)
+		return -1;
+	int found = PQntuples(res) == 1;
+	if (found) {
+		snprintf(p->vm_name, sizeof p->vm_name, "%s", PQgetvalue(res, 0, 0));
+		p->cols = atoi(PQgetvalue(res, 0, 1));
+		p->rows = atoi(PQgetvalue(res, 0, 2));
+		snprintf(p->seq, sizeof p->seq, "%s", PQgetvalue(res, 0, 3));
+	}
+	PQclear(res);
+	return found;
+}
+
+/* Send one machine's newest size (the lease held). 0 set, 1 no console yet,
+ * -1 not reached (msg). */
+static int tty_send(struct labctx *x, struct session *s, struct session_vm *vm, int *checked,
+                    const struct tty_pending *p, char *msg, size_t msglen)
+{
+	size_t vi = (size_t)(vm - s->vms);
+	int rc;
+	if (!checked[vi] && session_vmi_check(x, s, vm, msg, msglen) < 0) {
+		rc = -1;
+	} else {
+		checked[vi] = 1;
+		rc = agent_tty_size(&x->agent, vm->ip, x->cfg->agent_port, vm->token, p->cols,
+		                    p->rows, x->cfg->agent_ready_timeout_ms);
+		if (rc < 0) {
+			snprintf(msg, msglen, "%s", x->agent.msg);
+			/* the VMI is read again before the next request to it */
+			checked[vi] = 0;
+			const char *q[2] = {s->id, vm->name};
+			db_cmd(
+			    &x->db,
+			    "UPDATE session_vms SET vmi_uid = NULL WHERE session_id = $1::uuid AND "
+			    "vm_name = $2",
+			    2, q);
+			free(vm->vmi_uid);
+			vm->vmi_uid = NULL;
+		}
+		rc = rc < 0 ? -1 : rc == 409 ? 1 : 0;
+	}
+	/* tried: a newer size (a higher tty_seq) is sent next, this one never again */
+	const char *q[3] = {s->id, p->vm_name, p->seq};
+	db_cmd(&x->db,
+	       "UPDATE session_vms SET tty_sent = GREATEST(tty_sent, $3::bigint) "
+	       "WHERE session_id = $1::uuid AND vm_name = $2",
+	       3, q);
+	return rc;
+}
+
 enum hres api_tty_size(struct req *r)
 {
 	struct labctx *x = r->x;
-	const struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
+	struct session *s = r->sess; /* ready, with the VM's address (NEED_AGENT) */
 	const cJSON *cols = cJSON_GetObjectItemCaseSensitive(r->json, "cols");
 	const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r->json, "rows");
 	if (s->runtime == RUNTIME_POD) {
@@ -1209,27 +1284,114 @@ enum hres api_tty_size(struct req *r)
 		resp_error(r, E_BAD_REQUEST, "cols and rows must be integers in 1..1000");
 		return H_DONE;
 	}
-	const struct session_vm *vm = pick_machine(r, s);
-	if (!vm)
+	const struct session_vm *mine = pick_machine(r, s);
+	if (!mine)
 		return H_DONE;
-	if (!vm->ip) {
+	if (!mine->ip) {
 		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine has no address yet");
 		return H_DONE;
 	}
-	int rc = agent_tty_size(&x->agent, vm->ip, x->cfg->agent_port, vm->token, cols->valueint,
-	                        rows->valueint, x->cfg->agent_ready_timeout_ms);
-	if (rc < 0) {
-		log_warn("session %s: tty-size: %s", s->id, x->agent.msg);
-		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine's agent did not answer");
+	char c[16], rw[16];
+	snprintf(c, sizeof c, "%d", cols->valueint);
+	snprintf(rw, sizeof rw, "%d", rows->valueint);
+	const char *q[4] = {s->id, mine->name, c, rw};
+	if (db_cmd(&x->db,
+	           "UPDATE session_vms SET tty_cols = $3::int, tty_rows = $4::int, "
+	           "tty_seq = tty_seq + 1 WHERE session_id = $1::uuid AND vm_name = $2",
+	           4, q) < 0)
+		return api_db_error(r);
+
+	/* one iteration: a VMI read, one agent call and a few statements */
+	long lease_ms = (long)x->cfg->kube_timeout_ms + x->cfg->agent_ready_timeout_ms + 5000;
+	int *checked = xcalloc(s->nvms + 1, sizeof *checked);
+	int held = 0;         /* this request took the lease at least once */
+	int sent = 0, rc = 0; /* this request sent its machine a size: the outcome */
+	struct tty_pending got = {{0}, 0, 0, {0}}, last = {{0}, 0, 0, {0}};
+	char msg[512] = "";
+	for (;;) {
+		int t = session_lease_take(x, s->id, LEASE_TTY, lease_ms);
+		if (t <= 0) {
+			if (t < 0 && !held) {
+				free(checked);
+				return api_db_error(r);
+			}
+			break; /* another request holds it and sends what is left */
+		}
+		held = 1;
+		struct tty_pending p;
+		int n;
+		while ((n = tty_next(x, s->id, &p)) > 0) {
+			if (strcmp(p.vm_name, last.vm_name) == 0 && strcmp(p.seq, last.seq) == 0) {
+				n = -1; /* its tty_sent was not recorded (the database): no loop */
+				break;
+			}
+			last = p;
+			struct session_vm *vm = NULL;
+			for (size_t i = 0; i < s->nvms && !vm; i++)
+				if (strcmp(s->vms[i].name, p.vm_name) == 0)
+					vm = &s->vms[i];
+			if (vm) {
+				char why[512];
+				int one = tty_send(x, s, vm, checked, &p, why, sizeof why);
+				if (one < 0)
+					log_warn("session %s: tty-size for %s: %s", s->id, vm->name,
+					         why);
+				if (vm == mine) {
+					sent = 1;
+					rc = one;
+					got = p;
+					snprintf(msg, sizeof msg, "%s", one < 0 ? why : "");
+				}
+			} else {
+				/* a machine this session no longer has: never sent */
+				const char *d[3] = {s->id, p.vm_name, p.seq};
+				db_cmd(&x->db,
+				       "UPDATE session_vms SET tty_sent = GREATEST(tty_sent, "
+				       "$3::bigint) "
+				       "WHERE session_id = $1::uuid AND vm_name = $2",
+				       3, d);
+			}
+			/* still the holder: the lease runs from now (no one else slips in
+			 * between two sends) */
+			char ms[24];
+			snprintf(ms, sizeof ms, "%ld", lease_ms);
+			const char *d[2] = {s->id, ms};
+			db_cmd(&x->db,
+			       "UPDATE sessions SET tty_until = clock_timestamp() + "
+			       "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid",
+			       2, d);
+		}
+		session_lease_release(x, s->id, LEASE_TTY);
+		if (n < 0)
+			break;
+		/* nothing was left: look once more now that the lease is free (a size
+		 * recorded just before the release found the lease taken) */
+		if (tty_next(x, s->id, &p) <= 0)
+			break;
+	}
+	free(checked);
+	if (!sent) {
+		/* recorded: the request in flight sends it (or a newer size) */
+		cJSON *o = jx_obj();
+		jx_add_num(o, "cols", cols->valueint);
+		jx_add_num(o, "rows", rows->valueint);
+		jx_add_bool(o, "pending", 1);
+		resp_json(r, 202, o);
 		return H_DONE;
 	}
-	if (rc == 409) {
+	if (rc < 0) {
+		resp_error(r, E_AGENT_UNREACHABLE, "the lab machine's agent did not answer (%s)",
+		           msg);
+		return H_DONE;
+	}
+	if (rc == 1) {
 		resp_error(r, E_NOT_READY, "the lab machine's serial console is not open yet");
 		return H_DONE;
 	}
+	/* the size the console has now: this request's, or one asked for after it */
 	cJSON *o = jx_obj();
-	jx_add_num(o, "cols", cols->valueint);
-	jx_add_num(o, "rows", rows->valueint);
+	jx_add_num(o, "cols", got.cols);
+	jx_add_num(o, "rows", got.rows);
 	resp_json(r, 200, o);
 	return H_DONE;
 }

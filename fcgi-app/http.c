@@ -39,6 +39,7 @@ static const struct {
     [E_STREAMS_FULL] = {"streams_full", 503},
     [E_NEVER_FITS] = {"never_fits", 409},
     [E_NO_GUIDE] = {"no_guide", 404},
+    [E_TOO_MANY_STREAMS] = {"too_many_streams", 429},
 };
 
 static const char *status_text(int s)

@@ -43,6 +43,7 @@ enum api_err {
 	E_STREAMS_FULL,           /* 503 streams_full (stream_max event streams open here) */
 	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 	E_NO_GUIDE,               /* 404 no_guide (a lesson without a guide) */
+	E_TOO_MANY_STREAMS,       /* 429 too_many_streams (stream_max_per_user open) */
 };
 
 struct req {

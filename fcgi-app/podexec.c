@@ -12,6 +12,33 @@
 
 #define PROTOS     "v5.channel.k8s.io,v4.channel.k8s.io"
 #define STATUS_MAX 4096
+#define KILL_AFTER 1 /* s after the step's timeout: labvm has hung up by then */
+
+/* The step runs under this POSIX sh wrapper ($1 seconds, $2 the step), for
+ * hanging up kills nothing: a non-tty exec's process outlives its stream
+ * (tests/kubesim/CONFORMANCE.md, "Pods / exec"). A runtime starts an exec'd
+ * process in a session of its own (runc: setsid() in nsexec), so the
+ * wrapper leads a process group that holds the step and whatever it starts:
+ * a watchdog kills that group at the deadline; a step that ends in time
+ * takes its leftovers (background jobs, the watchdog) with it. Not a group
+ * leader (another runtime): timeout(1) when the image has it (GNU timeout
+ * kills the command's own process group), else the step as it is. */
+static const char STEP_WRAPPER[] =
+    "t=$1 c=$2 s=\n"
+    "read -r s </proc/$$/stat 2>/dev/null\n"
+    "s=${s##*\") \"}\n"
+    "set -- $s\n"
+    "if [ \"${3:-}\" = \"$$\" ]; then\n"
+    "(sleep \"$t\"; kill -KILL 0) </dev/null >/dev/null 2>&1 &\n"
+    "/bin/sh -c \"$c\" labvm-step\n"
+    "rc=$?\n"
+    "trap '' TERM\n"
+    "kill -TERM 0\n"
+    "exit $rc\n"
+    "fi\n"
+    "command -v timeout >/dev/null 2>&1 && exec timeout -s KILL \"$t\" /bin/sh -c \"$c\" "
+    "labvm-step\n"
+    "exec /bin/sh -c \"$c\" labvm-step\n";
 
 enum { ST_CONNECTING, ST_OPEN, ST_DONE, ST_FAILED };
 
@@ -213,6 +240,8 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	buf_puts(&path, "/exec?container=");
 	escape(&path, container);
 	buf_puts(&path, "&command=%2Fbin%2Fsh&command=-c&command=");
+	escape(&path, STEP_WRAPPER);
+	buf_printf(&path, "&command=labvm-step&command=%d&command=", timeout_s + KILL_AFTER);
 	escape(&path, command);
 	buf_puts(&path, "&stdout=true&stderr=true");
 
@@ -252,7 +281,8 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	while ((e.state == ST_CONNECTING || e.state == ST_OPEN) && util_mono_s() < end)
 		lws_service(ctx, 0); /* the tick above wakes it every 20 ms */
 	if (e.state == ST_CONNECTING || e.state == ST_OPEN) {
-		/* past the step's timeout: hang up (the command is killed with its tty) */
+		/* past the step's timeout: hang up (the wrapper's watchdog kills the
+		 * step in the Pod KILL_AFTER s later) */
 		if (wsi)
 			lws_set_opaque_user_data(wsi, NULL);
 		r->timed_out = e.state == ST_OPEN;

@@ -23,8 +23,10 @@ struct podexec_result {
 };
 
 /* Run `/bin/sh -c command` in container `container` of Pod `pod` under
- * timeout_s. 0: it ran (see r), -1: no exec stream (msg says why, fit for
- * logs and answers; nothing secret). bearer is "Bearer <token>". */
+ * timeout_s: past it, hang up (r->timed_out); in the Pod a watchdog kills the
+ * command and everything it started a second later (see STEP_WRAPPER). 0: it
+ * ran (see r), -1: no exec stream (msg says why, fit for logs and answers;
+ * nothing secret). bearer is "Bearer <token>". */
 int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const char *container,
                 const char *command, int timeout_s, struct podexec_result *r, char *msg,
                 size_t msglen);

@@ -29,6 +29,9 @@
 #define HOLD_BUSY_MS   500   /* ... when other watched starts wait for a driver */
 #define RETRY_S        0.5   /* after a watch or agent call that failed at once */
 #define AGENT_RETRY_MS 10    /* an agent not listening yet: asked again after this */
+#define VMI_RECHECK_S  1.0   /* ... its VMI read again first, at most this often */
+#define SLOT_TTL_S     60    /* a per-user stream slot not renewed for this long is free */
+#define SLOT_RENEW_S   20    /* ... renewed this often while its stream is open */
 
 struct watcher {
 	FCGX_Request *fr;
@@ -37,6 +40,8 @@ struct watcher {
 	long long last;
 	double last_write;
 	int driven; /* counted in its session's job */
+	char *user; /* its per-user slot (stream_slots, sql/011) */
+	int slot;
 };
 
 struct job {
@@ -54,6 +59,8 @@ static int ndriver_threads;
 static int started;
 static volatile int stopping;
 static int wake_pipe[2] = {-1, -1};
+/* this process in stream_slots: host, pid, start (its rows, renewed together) */
+static char holder[200];
 
 /* adopted streams not yet taken in by the stream thread, and the count of
  * every open stream (for stream_has_room) */
@@ -177,12 +184,20 @@ static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 		return 0;
 	}
 	{
-		if (!vm->ip)
+		/* the token goes to the recorded address only while it is this
+		 * session's VMI's: checked (vmi_uid) and no call failed since. The
+		 * round's session_advance() has just read the VMI when it was not:
+		 * a check that failed is looked at again next round, never passed
+		 * over */
+		if (!vm->ip || !vm->vmi_uid)
 			return -1;
 		/* until the flag (or a failed setup), within wait_ms: an agent not
 		 * listening yet (the guest still boots) is asked again every
-		 * AGENT_RETRY_MS */
+		 * AGENT_RETRY_MS, its VMI read again first (at most every
+		 * VMI_RECHECK_S: a VMI that went away may leave its address to
+		 * another student's guest) */
 		double end = util_mono_s() + wait_ms / 1000.0;
+		double checked_at = 0;
 		for (;;) {
 			double t0 = util_mono_s();
 			int left = (int)((end - t0) * 1000.0);
@@ -204,8 +219,29 @@ static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 				return -1;
 			if (stopping)
 				return -1;
-			if (r == AGENT_UNREACHABLE)
+			if (r == AGENT_UNREACHABLE) {
+				if (vm->vmi_uid) {
+					/* as advance_ready(): every reader checks the VMI again */
+					const char *p[2] = {s->id, vm->name};
+					db_cmd(&x->db,
+					       "UPDATE session_vms SET vmi_uid = NULL WHERE "
+					       "session_id = "
+					       "$1::uuid AND vm_name = $2",
+					       2, p);
+					free(vm->vmi_uid);
+					vm->vmi_uid = NULL;
+				}
 				usleep(AGENT_RETRY_MS * 1000);
+				if (util_mono_s() - checked_at >= VMI_RECHECK_S) {
+					char why[256];
+					if (session_vmi_check(x, s, vm, why, sizeof why) < 0) {
+						log_debug("session %s: %s: not asked again", s->id,
+						          why);
+						return -1;
+					}
+					checked_at = util_mono_s();
+				}
+			}
 		}
 	}
 	return -1;
@@ -343,6 +379,15 @@ static size_t nws, cap_ws;
 static PGconn *lconn;
 static double next_connect, next_catchup;
 static int need_catchup;
+static struct db *slot_db; /* the stream thread's connection */
+static double next_renew;
+/* slots whose release failed (the database): released at the next renewal */
+struct unreleased {
+	char *user;
+	int slot;
+};
+static struct unreleased *unreleased;
+static size_t nunreleased, cap_unreleased;
 
 static void watcher_close(size_t i)
 {
@@ -351,6 +396,17 @@ static void watcher_close(size_t i)
 	free(w->fr);
 	if (w->driven)
 		job_unwatch(w->id);
+	if (w->user && stream_slot_release(slot_db, w->user, w->slot) < 0) {
+		if (nunreleased == cap_unreleased) {
+			cap_unreleased = cap_unreleased ? cap_unreleased * 2 : 16;
+			unreleased = realloc(unreleased, cap_unreleased * sizeof *unreleased);
+			if (!unreleased)
+				abort();
+		}
+		unreleased[nunreleased++] = (struct unreleased){w->user, w->slot};
+		w->user = NULL;
+	}
+	free(w->user);
 	ws[i] = ws[--nws];
 	pthread_mutex_lock(&mu);
 	open_streams--;
@@ -466,6 +522,37 @@ static void take_pending(struct labctx *x)
 	free(p);
 }
 
+/* Keep this process's per-user slots: renew their expiry (a process that
+ * died lets them run out), release those a closed stream could not. */
+static void slots_renew(void)
+{
+	double now = util_mono_s();
+	if (now < next_renew || (!nws && !nunreleased))
+		return;
+	next_renew = now + SLOT_RENEW_S;
+	size_t kept = 0;
+	for (size_t i = 0; i < nunreleased; i++) {
+		if (stream_slot_release(slot_db, unreleased[i].user, unreleased[i].slot) < 0)
+			unreleased[kept++] = unreleased[i];
+		else
+			free(unreleased[i].user);
+	}
+	nunreleased = kept;
+	char ttl[16];
+	snprintf(ttl, sizeof ttl, "%d", SLOT_TTL_S);
+	const char *p[2] = {holder, ttl};
+	if (db_cmd(slot_db,
+	           "UPDATE stream_slots SET expires_at = clock_timestamp() + "
+	           "make_interval(secs => $2::int) WHERE holder = $1",
+	           2, p) < 0)
+		next_renew = now + RECONNECT_S;
+	/* rows of processes that died long ago */
+	db_cmd(slot_db,
+	       "DELETE FROM stream_slots WHERE expires_at < clock_timestamp() - "
+	       "interval '1 hour'",
+	       0, NULL);
+}
+
 static void *stream_main(void *arg)
 {
 	struct labctx x;
@@ -475,8 +562,10 @@ static void *stream_main(void *arg)
 
 	if (labctx_init(&x, cfg, lessons) < 0)
 		return NULL;
+	slot_db = &x.db;
 	while (!stopping) {
 		listen_ensure(&x);
+		slots_renew();
 		if (need_catchup && lconn && util_mono_s() >= next_catchup) {
 			/* listening again: what happened meanwhile, for every stream */
 			need_catchup = 0;
@@ -550,6 +639,15 @@ static void *stream_main(void *arg)
 	take_pending(&x);
 	while (nws)
 		watcher_close(nws - 1);
+	{
+		const char *p[1] = {holder};
+		db_cmd(&x.db, "DELETE FROM stream_slots WHERE holder = $1", 1, p);
+		for (size_t i = 0; i < nunreleased; i++)
+			free(unreleased[i].user);
+		free(unreleased);
+		unreleased = NULL;
+		nunreleased = cap_unreleased = 0;
+	}
 	free(pfd);
 	free(ws);
 	if (lconn)
@@ -578,9 +676,66 @@ int stream_has_room(void)
 	return ok;
 }
 
-void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting)
+int stream_slot_take(struct db *d, const char *user)
 {
-	struct watcher w = {fr, fr->ipcFd, {0}, last, util_mono_s(), starting};
+	const char *environment = cfg->environment;
+	char cap[16], ttl[16];
+	snprintf(cap, sizeof cap, "%d", cfg->stream_max_per_user);
+	snprintf(ttl, sizeof ttl, "%d", SLOT_TTL_S);
+	const char *p[5] = {environment, user, holder, cap, ttl};
+	/* the lowest slot that is free or expired; two takers of the same slot
+	 * meet at the primary key (one inserts, the other's update finds it live
+	 * and returns nothing): look again, a few times */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		PGresult *r = db_exec(
+		    d,
+		    "INSERT INTO stream_slots (environment, user_name, slot, holder, expires_at) "
+		    "SELECT $1::text, $2::text, n, $3::text, clock_timestamp() + "
+		    "make_interval(secs => $5::int) FROM generate_series(0, $4::int - 1) AS n "
+		    "WHERE NOT EXISTS (SELECT 1 FROM stream_slots l WHERE l.environment = $1 AND "
+		    "l.user_name = $2 AND l.slot = n AND l.expires_at > clock_timestamp()) "
+		    "ORDER BY n LIMIT 1 "
+		    "ON CONFLICT (environment, user_name, slot) DO UPDATE SET holder = "
+		    "EXCLUDED.holder, expires_at = EXCLUDED.expires_at "
+		    "WHERE stream_slots.expires_at <= clock_timestamp() RETURNING slot",
+		    5, p);
+		if (!r)
+			return -2;
+		int slot = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : -1;
+		PQclear(r);
+		if (slot >= 0)
+			return slot;
+		/* every slot live, or another taker got this one first: count */
+		const char *c[2] = {environment, user};
+		r = db_exec(d,
+		            "SELECT count(*) FROM stream_slots WHERE environment = $1 AND "
+		            "user_name = $2 AND expires_at > clock_timestamp()",
+		            2, c);
+		if (!r)
+			return -2;
+		long live = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+		PQclear(r);
+		if (live >= cfg->stream_max_per_user)
+			return -1;
+	}
+	return -1;
+}
+
+int stream_slot_release(struct db *d, const char *user, int slot)
+{
+	char s[16];
+	snprintf(s, sizeof s, "%d", slot);
+	const char *p[4] = {cfg->environment, user, s, holder};
+	return db_cmd(d,
+	              "DELETE FROM stream_slots WHERE environment = $1 AND user_name = $2 AND "
+	              "slot = $3::int AND holder = $4",
+	              4, p);
+}
+
+void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
+                  const char *user, int slot)
+{
+	struct watcher w = {fr, fr->ipcFd, {0}, last, util_mono_s(), starting, xstrdup(user), slot};
 	struct timeval tv = {SEND_TIMEOUT_S, 0};
 	snprintf(w.id, sizeof w.id, "%s", session_id);
 	setsockopt(fr->ipcFd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -604,6 +759,11 @@ int stream_start(const struct cfg *c, const struct lessons *ls)
 {
 	cfg = c;
 	lessons = ls;
+	char host[64] = "", nonce[17];
+	gethostname(host, sizeof host - 1);
+	if (util_random_hex(nonce, 8) < 0)
+		snprintf(nonce, sizeof nonce, "%.0f", util_epoch_s() * 1000.0);
+	snprintf(holder, sizeof holder, "%s/%d/%s", host, (int)getpid(), nonce);
 	if (pipe(wake_pipe) < 0) {
 		log_err("event streams: pipe: %s", strerror(errno));
 		return -1;

@@ -39,10 +39,21 @@ void stream_stop(void);
 /* Room for one more stream in this process (stream_max). */
 int stream_has_room(void);
 
+/* Per user, across every process and host (table stream_slots, sql/011):
+ * each open stream holds one of the user's stream_max_per_user slots, a row
+ * this process renews while the stream is open (a process that died lets
+ * its rows expire after a minute). Take one: the slot (>= 0), -1 every slot
+ * is taken (429 too_many_streams), -2 database trouble. */
+int stream_slot_take(struct db *d, const char *user);
+/* Give a slot back (the stream was not adopted after all). 0 / -1. */
+int stream_slot_release(struct db *d, const char *user, int slot);
+
 /* Take over fr (headers and the first events already written; its stdin
  * read to the end): from now on only the stream thread uses and finishes
- * it. `last` is the id of the last event written. */
-void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting);
+ * it, and gives back the user's slot when it ends. `last` is the id of the
+ * last event written. */
+void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
+                  const char *user, int slot);
 
 /* One event as the stream carries it: "id: SEQ\ndata: JSON\n\n" (malloc'd). */
 char *stream_event_text(long long seq, const struct session *s);

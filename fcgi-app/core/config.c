@@ -52,6 +52,7 @@ static const struct cfg_key keys[] = {
     I(fcgi_threads, "4", 1, 256),
     S(fcgi_listen, ""),
     I(stream_max, "512", 1, 100000),
+    I(stream_max_per_user, "4", 1, 1000),
     I(stream_drivers, "4", 1, 256),
     I(stream_keepalive_s, "15", 1, 3600),
     S(base_path, ""),

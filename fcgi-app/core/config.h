@@ -27,11 +27,12 @@ struct cfg {
 	char *ticket_key_file;
 	int ticket_ttl_s;
 	int fcgi_threads;
-	char *fcgi_listen;      /* "" = fd 0 */
-	int stream_max;         /* open event streams per labvm.fcgi process */
-	int stream_drivers;     /* threads per process that move watched starts on */
-	int stream_keepalive_s; /* comment line on an idle event stream */
-	char *base_path;        /* URL prefix in front of /api and /console ("" by default) */
+	char *fcgi_listen;       /* "" = fd 0 */
+	int stream_max;          /* open event streams per labvm.fcgi process */
+	int stream_max_per_user; /* open event streams per user, every process (sql/011) */
+	int stream_drivers;      /* threads per process that move watched starts on */
+	int stream_keepalive_s;  /* comment line on an idle event stream */
+	char *base_path;         /* URL prefix in front of /api and /console ("" by default) */
 	int agent_port;
 	int agent_ready_timeout_ms;
 	int agent_run_timeout_s; /* default per grader step */

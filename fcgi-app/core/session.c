@@ -488,10 +488,14 @@ static const char *const lease_take_sql[] = {
     [LEASE_GRADE] = "UPDATE sessions SET grade_until = clock_timestamp() + "
                     "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid AND "
                     "(grade_until IS NULL OR grade_until < clock_timestamp()) RETURNING 1",
+    [LEASE_TTY] = "UPDATE sessions SET tty_until = clock_timestamp() + "
+                  "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid AND "
+                  "(tty_until IS NULL OR tty_until < clock_timestamp()) RETURNING 1",
 };
 static const char *const lease_release_sql[] = {
     [LEASE_PROBE] = "UPDATE sessions SET probe_until = NULL WHERE id = $1::uuid",
     [LEASE_GRADE] = "UPDATE sessions SET grade_until = NULL WHERE id = $1::uuid",
+    [LEASE_TTY] = "UPDATE sessions SET tty_until = NULL WHERE id = $1::uuid",
 };
 
 int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms)

@@ -119,10 +119,11 @@ struct session_due {
 };
 struct session_due session_due(const struct session *s, double now);
 
-/* Leases: at most one readiness probe and one grade in flight per session,
- * across every labvm.fcgi process (a conditional UPDATE on the row; a holder
- * that died simply lets its lease run out after ms). */
-enum session_lease_kind { LEASE_PROBE, LEASE_GRADE };
+/* Leases: at most one readiness probe, one grade and one tty-size request to
+ * the agent in flight per session, across every labvm.fcgi process (a
+ * conditional UPDATE on the row; a holder that died simply lets its lease run
+ * out after ms). */
+enum session_lease_kind { LEASE_PROBE, LEASE_GRADE, LEASE_TTY };
 /* 1 taken, 0 someone else holds it, -1 database trouble. */
 int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms);
 void session_lease_release(struct labctx *x, const char *id, enum session_lease_kind k);

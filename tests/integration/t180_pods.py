@@ -101,7 +101,14 @@ def pod_lesson_ready():
     t.eq(row, (True,), "recorded as deleted")
 
 
-@t.test(name="grading by exec: exit codes from the error channel, output, timeouts")
+def step_left(name):
+    """The timed-out step's processes still in the Pod (pgrep's pattern does
+    not match the pgrep's own shell)."""
+    return in_pod(name, "pgrep -af 'sleep 100[0]'; true")["stdout"].strip()
+
+
+@t.test(name="grading by exec: exit codes from the error channel, output, timeouts; nothing "
+             "of a timed-out step is left running in the Pod")
 def grading():
     api = Api("student365")
     s = api.wait_state(api.start("k8s-pod-intro").json["id"], ("ready",), 60)
@@ -125,6 +132,15 @@ def grading():
     t.eq(f["output"], "to-out\nto-err\n", "stdout then stderr")
     to = st["times out"]
     t.eq((to["passed"], to["exit_code"], to.get("timed_out")), (False, None, True), "timed out")
+    # hanging up a non-tty exec kills nothing (CONFORMANCE.md "Pods / exec"):
+    # labvm's step wrapper kills the step in the Pod
+    try:
+        wait_until(lambda: not step_left(vm_of(s)), 30, 0.2, "the timed-out step gone")
+    except TimeoutError:
+        pass
+    t.eq(step_left(vm_of(s)), "", "nothing of the timed-out step is left running in the Pod")
+    t.eq(in_pod(vm_of(s), "test -e /tmp/step-outlived-its-timeout")["exit_code"], 1,
+         "... and it never got past its sleep")
     t.eq(st["quotes & pipes survive"]["passed"], True, "the command reaches sh -c intact",
          st["quotes & pipes survive"])
     api.end(s["id"])

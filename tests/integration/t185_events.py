@@ -3,11 +3,16 @@
 one event each with the session JSON and an id; Last-Event-ID resumes
 without loss or repetition; owner only; a final event at ready, failed and
 ended; keepalive comments; open across a PostgreSQL restart; through
-lighttpd and Apache, unbuffered; and streams hold no FastCGI worker."""
+lighttpd and Apache, unbuffered; streams hold no FastCGI worker; at most
+stream_max_per_user streams per user across every process (429
+too_many_streams), and a stream opened with any Last-Event-ID still ends
+when its session does."""
+import json
 import socket
 import threading
+import time
 
-from labtest import Api, Db, Kube, env, frontends, pg_ctl, reset_world, wait_until
+from labtest import Api, Db, Kube, env, frontends, pg_ctl, reset_world, users, wait_until
 from sse import Stream, events_path
 from tap import T
 
@@ -170,17 +175,102 @@ def across_pg_restart():
     t.eq([int(e.id) for e in evs], want, "every change after the first event, in order")
 
 
+PER_USER = 4  # stream_max_per_user's default (the stack does not set it)
+
+
+@t.test(name="at most stream_max_per_user streams per user, counted across processes: one "
+             "more is 429 too_many_streams with Retry-After; other users still get streams; a "
+             "closed stream's slot is free again")
+def per_user_cap():
+    api = Api("student270")
+    sid = fresh(api, "test-hold")
+    bases = [b for _, b in frontends()]
+    # alternately through each front end: lighttpd's labvm.fcgi processes and
+    # Apache's own count together
+    mine = []
+    for i in range(PER_USER):
+        s = Stream(events_path(sid), "student270", base=bases[i % len(bases)], timeout=30)
+        t.require(s.status == 200, f"stream {i + 1}: {s.status} {s.body}")
+        s.next()
+        mine.append(s)
+    for base in bases:
+        over = Stream(events_path(sid), "student270", base=base, timeout=30)
+        t.eq(over.status, 429, f"one more through {base}: 429", over.body)
+        j = json.loads(over.body or "{}")
+        t.eq(j.get("error"), "too_many_streams", "too_many_streams", j)
+        t.ok(over.headers.get("retry-after", "").isdigit() and j.get("retry_after_s"),
+             "with Retry-After", over.headers)
+    other = Api("student271")
+    osid = fresh(other, "test-hold")
+    o = Stream(events_path(osid), "student271", timeout=30)
+    t.eq(o.status, 200, "another user still gets a stream", o.body)
+    o.close()
+    mine.pop().close()
+    again = None
+    for _ in range(50):
+        again = Stream(events_path(sid), "student270", timeout=30)
+        if again.status == 200:
+            break
+        time.sleep(0.2)
+    t.eq(again.status, 200, "a closed stream's slot is given back", again.body)
+    mine.append(again)
+    api.end(sid)
+    for s in mine:
+        t.eq(s.all()[-1].json["state"], "ended", "each stream got the final event")
+        s.close()
+    other.end(osid)
+
+
+@t.test(name="a stream opened with a Last-Event-ID beyond the session's newest event still "
+             "gets the final event when the session ends")
+def huge_last_event_id():
+    api = Api("student272")
+    sid = fresh(api, "test-hold")
+    sts = []
+    newest = int(Db().one("SELECT max(seq) FROM session_events")[0])
+    for last in ("999999999999999999", str(newest + 1000)):
+        st = Stream(events_path(sid), "student272", last_id=last, timeout=20)
+        t.eq(st.status, 200, f"Last-Event-ID {last}: 200", st.body)
+        st.settimeout(20)
+        sts.append(st)
+    t.eq(api.end(sid).status, 200, "the session ends")
+    for st in sts:
+        # keepalive comments keep a stream that never ends alive: read it
+        # aside, and give up on it after a while (an old labvm: forever)
+        got = []
+
+        def read(st=st):
+            try:
+                got.append(st.all())
+            except (OSError, ValueError):
+                got.append([])
+        th = threading.Thread(target=read, daemon=True)
+        th.start()
+        th.join(30)
+        evs = got[0] if got else []
+        t.ok(evs and evs[-1].json["state"] == "ended",
+             "the stream got the final event and closed", [e.data[:60] for e in evs])
+        st.close()
+    st = Stream(events_path(sid), "student272", last_id="999999999999999999", timeout=20)
+    t.eq(st.status, 204, "after the end, the same id: 204 (EventSource stops)", st.body)
+
+
 @t.test(name="open streams hold no FastCGI worker: the API answers beside 3x the workers")
 def no_worker_per_stream():
-    api = Api("student268")
-    sid = fresh(api, "test-never-ready")
-    # 2 processes x 4 threads in the stack: 24 streams would starve them
+    # 2 processes x 4 threads in the stack: 24 streams would starve them;
+    # PER_USER streams per user, so 6 users' labs: the earlier ones gone first
+    reset_world(kube, Db())
     streams = []
-    for _ in range(24):
-        s = Stream(events_path(sid), "student268", timeout=20)
-        t.require(s.status == 200, f"stream: {s.status} {s.body}")
-        s.next()
-        streams.append(s)
+    sessions = []
+    for u in users(280, 24 // PER_USER):
+        api = Api(u)
+        sid = fresh(api, "test-hold")  # stays setting_up until it is ended
+        sessions.append((api, sid))
+        for _ in range(PER_USER):
+            s = Stream(events_path(sid), u, timeout=20)
+            t.require(s.status == 200, f"stream: {s.status} {s.body}")
+            s.next()
+            streams.append(s)
     for base in [b for _, b in frontends()][:1]:
         a = Api("student269", base=base, timeout=10)
         codes = [a.request("GET", "/api/lessons").status for _ in range(10)]
@@ -192,9 +282,12 @@ def no_worker_per_stream():
     ths = [threading.Thread(target=drain, args=(s,)) for s in streams]
     for th in ths:
         th.start()
+    for api, sid in sessions:
+        api.end(sid)
     for th in ths:
         th.join(30)
-    t.eq(sorted(set(ends)), ["failed"], "and each stream got its final event", ends)
+    t.eq(sorted(set(ends)), ["ended"], "and each stream got its final event", ends)
+    t.eq(len(ends), len(streams), "every one of them")
     for s in streams:
         s.close()
 

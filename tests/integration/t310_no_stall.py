@@ -3,15 +3,17 @@
 (SIGSTOP) and a student pressing Grade over and over hold one worker for one
 bounded deadline, while other students' polls and starts are served; at most
 one readiness probe per session is in flight; a per-user start rate limit."""
+import json
 import os
 import re
 import signal
 import threading
 import time
 
+from agentrec import records, replace_agent
 from fcgiclient import LabFcgi
 from guestproc import listener_pid
-from labtest import Api, Db, Kube, reset_world, wait_until
+from labtest import Api, Db, Kube, ready_lab, reset_world, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -134,6 +136,77 @@ def frozen_grade():
     if "get" in others:
         o2.end(others["start"][0].json["id"])
     api.end(s["id"])
+
+
+@t.test(name="a frozen agent and a tty-size storm: other students are answered while it "
+             "runs, one request at a time reaches the agent, the last size asked for is the "
+             "last one sent")
+def tty_size_storm():
+    api, s = ready_lab("student317")
+    sid, vm = s["id"], vm_of(s)
+    ip = db.one("SELECT ip FROM session_vms WHERE session_id = %s", sid)[0]
+    # the student's agent: a listener that accepts, reads, and never answers
+    replace_agent(kube, vm, ip, "silent")
+    path = f"/api/sessions/{sid}/tty-size"
+    stop = threading.Event()
+    answers, lock = [], threading.Lock()
+    # the stack has 2 x 4 workers: 12 clients asking over and over would hold
+    # all of them if each request waited for the agent
+    def storm(i):
+        a = Api("student317", timeout=120)
+        n = 0
+        while not stop.is_set() and n < 400:
+            n += 1
+            r = a.request("POST", path, {"cols": 20 + i, "rows": 10 + n % 50})
+            with lock:
+                answers.append((r.status, r.json or {}))
+    ths = [threading.Thread(target=storm, args=(i,)) for i in range(12)]
+    for th in ths:
+        th.start()
+    # the storm is at the agent before the others ask
+    wait_until(lambda: any(e["ev"] == "req" for e in records(kube, vm)), 20, 0.1,
+               "the first tty-size at the frozen agent")
+    others = []
+
+    def agent_answers():
+        with lock:
+            return sum(1 for st, _ in answers if st not in (200, 202))
+    try:
+        for u in ("student318", "student319", "student320"):
+            o = Api(u, timeout=120)
+            for _ in range(3):
+                r = o.current()
+                # how many storm requests had come back from the agent (502)
+                # when this one was answered, and whether the storm still ran
+                others.append((r.status, agent_answers(), not stop.is_set()))
+    finally:
+        stop.set()
+        for th in ths:
+            th.join(150)
+    t.eq([st for st, _, _ in others], [404] * 9, "every other student's status GET answered")
+    t.ok(all(running for _, _, running in others), "... while the storm ran")
+    t.eq([n for _, n, _ in others], [0] * 9,
+         "... before any storm request came back from the agent (none held a worker)", others)
+    codes = sorted({st for st, _ in answers})
+    t.ok(set(codes) <= {202, 502}, "the storm's answers: 202 (recorded) or 502", codes)
+    pend = [j for st, j in answers if st == 202]
+    t.ok(len(pend) > len(answers) // 2 and all(j.get("pending") is True for j in pend),
+         f"most answered 202 pending at once ({len(pend)} of {len(answers)})")
+    # the last word: one more size, asked after the storm
+    last = api.request("POST", path, {"cols": 111, "rows": 37})
+    t.ok(last.status in (202, 502), "the last request answered", last)
+    wait_until(lambda: db.one("SELECT tty_until IS NULL FROM sessions WHERE id = %s", sid)[0],
+               60, 0.1, "no tty-size in flight")
+    recs = records(kube, vm)
+    sent = [json.loads(e["body"]) for e in recs if e["ev"] == "req"]
+    t.diag(f"storm: {len(answers)} requests ({len(pend)} answered 202), {len(sent)} sent to "
+           f"the frozen agent; 9 other students' GETs answered meanwhile")
+    t.eq(sent[-1], {"cols": 111, "rows": 37}, "the last size asked for was the last one sent")
+    t.eq(max(e["conc"] for e in recs if e["ev"] == "open"), 1,
+         "one request at a time at the agent")
+    t.ok(len(sent) < len(answers) // 4,
+         f"sizes coalesced: {len(sent)} sent for {len(answers) + 1} asked")
+    api.end(sid)
 
 
 @t.test(name="start rate limit: the third start within the window is 429 too_many_starts "

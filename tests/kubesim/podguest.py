@@ -46,7 +46,7 @@ import fcntl
 import glob
 import time
 
-from guests import GUEST_PATH, HERE, GuestError, ProcessGuest, _sq, spawner
+from guests import GUEST_PATH, HERE, GuestError, ProcessGuest, _children, _sq, spawner
 
 DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
                 "SETPCAP", "NET_BIND_SERVICE", "NET_RAW", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE",
@@ -55,6 +55,16 @@ TERMINATION_LOG = "/dev/termination-log"
 SECCOMP_PROFILES = ("RuntimeDefault",)     # what PodGuest(seccomp=...) can apply
 with open(os.path.join(HERE, "seccomp_exec.py")) as _f:
     SECCOMP_EXEC = _f.read()
+
+
+def kill_exec(p):
+    """SIGKILL an exec'd process (Popen of its nsenter) and the process
+    group it leads in the container (its own session: spawn_exec)."""
+    for pid in _children(p.pid) + [p.pid]:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def seccomp_missing():
@@ -263,8 +273,13 @@ exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
         if not inside:     # never run anything in the host's namespaces
             raise GuestError(f"container is not running (pid {pid} is not its init)")
         cmd = self._setpriv() + self._env(tty) + list(argv)
+        # the runtime starts every exec'd process in a session of its own
+        # (runc: setsid() in nsexec.c's STAGE_INIT, tty or not), so it leads
+        # its own process group; with a tty that is also its controlling one
         if tty:
             cmd = ["setsid", "-c"] + cmd
+        else:
+            cmd = ["setsid", "-w"] + cmd
         return ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-r", "-w"] + \
             (["-n"] if self.net else []) + ["--"] + cmd
 
@@ -294,10 +309,7 @@ exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
         try:
             out, err = p.communicate(b"", timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_exec(p)
             out, err = p.communicate()
             return None, out, err
         return p.returncode, out, err

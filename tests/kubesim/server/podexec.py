@@ -27,7 +27,13 @@ from the kubelet (k8s.io/apiserver wsstream, kubelet remotecommand):
   `{"metadata":{},"status":"Failure","message":"command terminated with
   non-zero exit code: ...","reason":"NonZeroExitCode","details":{"causes":
   [{"reason":"ExitCode","message":"N"}]}}`, then the WebSocket closes (1000).
-  A client that closes first hangs up the command (SIGHUP, then SIGKILL)."""
+- A client that closes first: with a tty the command is hung up (SIGHUP,
+  then SIGKILL). Without one nothing is signalled, as on a cluster: the
+  kubelet's streaming server waits for the runtime's exec to end, and the
+  runtime (containerd's CRI) waits for the process, whose stdin gets EOF
+  and whose output is no longer read; it runs to its own end (reaped then)
+  or until its Pod goes (tests/kubesim/CONFORMANCE.md, "Pods / exec"). The
+  exec'd process leads a session of its own (runc's setsid)."""
 import errno
 import fcntl
 import json
@@ -370,6 +376,10 @@ class ChannelSession:
 
     def _hangup(self):
         if self.proc.poll() is not None:
+            return
+        if not self.tty:
+            # no tty to hang up: the command keeps running (see the top)
+            self._close_stdin()
             return
         for sig in (signal.SIGHUP, signal.SIGKILL):
             try:

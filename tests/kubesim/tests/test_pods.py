@@ -395,6 +395,49 @@ def exec_tty_and_resize():
     asyncio.run(go())
 
 
+def alive(name, pid):
+    r = sim.exec_pod(name, ["sh", "-c", f"kill -0 {pid} 2>/dev/null && echo alive; true"])
+    return r[1].strip() == b"alive"
+
+
+@t.test
+def exec_hangup_without_a_tty_leaves_the_command_running():
+    """A client that goes away kills nothing without a tty (the kubelet and
+    containerd wait for the process; CONFORMANCE.md "Pods / exec"); the
+    exec'd process leads a session of its own (runc's setsid); with a tty
+    the command is hung up."""
+    wait_for(lambda: ready("p-main"), 15)
+    show = "echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)"
+
+    async def first_line(w):
+        got = b""
+        while b"\n" not in got:
+            m = await asyncio.wait_for(w.recv(), 10)
+            if m and m[0] == 1:
+                got += m[1:]
+        return got.decode().split()
+
+    async def go():
+        async with ws("p-main", ["sh", "-c", show + "; sleep 60; touch /tmp/outlived"]) as w:
+            plain = await first_line(w)
+        async with ws("p-main", ["/bin/sh", "-c", show + "; exec sleep 61"], stdin=True,
+                      tty=True) as w:
+            tty = await first_line(w)
+        return plain, tty
+    plain, tty = asyncio.run(go())
+    t.eq(plain[1:], [plain[0], plain[0]], "without a tty: its own process group and session",
+         plain)
+    t.eq(tty[1:], [tty[0], tty[0]], "with a tty too", tty)
+    # both clients have hung up: the tty's command is hung up; then, a
+    # second on (the old hang-up took up to one), the other still runs
+    wait_for(lambda: not alive("p-main", tty[0]), 10, what="the tty exec hung up")
+    time.sleep(1.5)
+    t.ok(alive("p-main", plain[0]), "the non-tty command still runs after its client left")
+    sim.exec_pod("p-main", ["sh", "-c", f"kill -KILL -{plain[0]}"])
+    wait_for(lambda: not alive("p-main", plain[0]), 10, what="killed by its process group")
+    t.eq(sim.exec_pod("p-main", ["test", "-e", "/tmp/outlived"])[0], 1, "it never got there")
+
+
 @t.test(skip=NO_PYK)
 def python3_kubernetes_stream():
     wait_for(lambda: ready("p-main"), 15)

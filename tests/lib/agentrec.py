@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""A stand-in for the guest agent that records what reaches it, for tests
+where the token must not go somewhere, or where a frozen agent must cost
+one request at a time.
+
+Inside a simulated guest (its own network namespace) it listens where the
+agent does (0.0.0.0:8899) and writes one JSON line per event to --log:
+
+    {"ev": "open", "conc": N}    a connection; N open at once, this one counted
+    {"ev": "req", "method": ..., "path": ..., "auth": sha256 of the
+     Authorization header's value (never the token itself), "body": ...}
+    {"ev": "close", "conc": N}
+
+--mode silent reads the request and never answers (a frozen agent: the
+connection stays until the client gives up); --mode answer answers like a
+guest whose setup still runs (/ready 503 setup_running, /tty-size 200).
+
+From a test (host side): replace_agent() kills the guest's agent and starts
+this in its place; records() reads the log back."""
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def serve(args):
+    lock = threading.Lock()
+    state = {"conc": 0}
+    logf = open(args.log, "a", buffering=1)
+
+    def log(o):
+        with lock:
+            logf.write(json.dumps(o) + "\n")
+
+    def conn(c):
+        with lock:
+            state["conc"] += 1
+            n = state["conc"]
+        log({"ev": "open", "conc": n})
+        try:
+            c.settimeout(120)
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                d = c.recv(65536)
+                if not d:
+                    break
+                data += d
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, path = (lines[0].split(" ") + ["", ""])[:2]
+            hdr = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                hdr[k.strip().lower()] = v.strip()
+            want = int(hdr.get("content-length") or 0)
+            while len(body) < want:
+                d = c.recv(65536)
+                if not d:
+                    break
+                body += d
+            auth = hdr.get("authorization")
+            log({"ev": "req", "method": method, "path": path,
+                 "auth": hashlib.sha256(auth.encode()).hexdigest() if auth else None,
+                 "body": body.decode("utf-8", "replace")})
+            if args.mode == "silent":
+                while c.recv(65536):
+                    pass
+                return
+            if path.startswith("/tty-size"):
+                try:
+                    j = json.loads(body)
+                    out = {"tty": "/dev/ttyS0", "cols": j["cols"], "rows": j["rows"]}
+                except (ValueError, KeyError, TypeError):
+                    out = {"tty": "/dev/ttyS0"}
+                code = 200
+            elif path.startswith("/ready"):
+                code, out = 503, {"ready": False, "state": "setup_running", "exit_code": None,
+                                  "log_tail": ""}
+            else:
+                code, out = 200, {}
+            b = json.dumps(out).encode()
+            c.sendall(f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(b)}\r\nConnection: close\r\n\r\n".encode() + b)
+        except OSError:
+            pass
+        finally:
+            with lock:
+                state["conc"] -= 1
+                n = state["conc"]
+            log({"ev": "close", "conc": n})
+            c.close()
+
+    host, _, port = args.listen.rpartition(":")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, int(port)))
+    s.listen(64)
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=conn, args=(c,), daemon=True).start()
+
+
+def replace_agent(kube, vm, ip, mode, log="/tmp/agentrec.jsonl"):
+    """Kill the agent of guest vm (listening on ip) and start a recorder in
+    its place; returns once the recorder listens."""
+    from guestproc import listener_pid
+    from labclient import wait_until
+    pid = wait_until(lambda: listener_pid(ip), 20, 0.1, f"the agent on {ip}")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not listener_pid(ip), 10, 0.05, "the agent gone")
+    kube.guest_exec(vm, f"rm -f {log}; nohup /usr/bin/python3 -I {HERE}/agentrec.py "
+                        f"--mode {mode} --log {log} >/dev/null 2>&1 &")
+    wait_until(lambda: listener_pid(ip, name=b"agentrec"), 20, 0.1, f"the recorder on {ip}")
+
+
+def records(kube, vm, log="/tmp/agentrec.jsonl"):
+    out = kube.guest_exec(vm, f"cat {log} 2>/dev/null; true")["stdout"]
+    return [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+
+
+def token_hash(token):
+    return hashlib.sha256(f"Bearer {token}".encode()).hexdigest()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", default="0.0.0.0:8899")
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--mode", choices=("silent", "answer"), default="silent")
+    serve(ap.parse_args(sys.argv[1:]))
