@@ -221,6 +221,9 @@ def cloud_configs():
         t.ok("serial-getty@ttyS0.service.d/autologin.conf" in boot0 and "--autologin root" in boot0
              and "ExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u'" in boot0,
              f"{d['lesson']}: bootcmd writes the autologin drop-in first (clears ExecStart)", boot0)
+        t.ok("--autologin root %I $TERM\n" in boot0 and " - $TERM" not in boot0,
+             f"{d['lesson']}: agetty is given the tty (%I), not stdin (-: systemd >= 250 only)",
+             boot0)
         t.ok(all(isinstance(f["permissions"], str) for f in files),
              f"{d['lesson']}: modes stay strings (YAML would read 0644 as a number)")
         t.ok(all(isinstance(c, list) for c in cc["bootcmd"] + cc["runcmd"]),
