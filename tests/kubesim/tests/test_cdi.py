@@ -226,5 +226,5 @@ def unknown_image_and_bad_mirror_flag():
     t.ok("private IPv4 address" in r.stderr, "with the reason", r.stderr[-300:])
 
 
-t.done()
 sim.stop()
+t.done()
