@@ -96,16 +96,31 @@ static enum step refuse(struct start *st, enum api_err e, const char *message)
 }
 
 /* Count lab VMs (or lab Pods) in the cluster: every environment, terminating
- * ones included. A VM's virt-launcher pod carries the lab labels too (they
- * reach it through the VMI), so lab Pods are the labelled pods that are not
- * launchers (no kubevirt.io label). */
+ * ones included. Other pods carry the lab labels too (a VM's virt-launcher
+ * pod, through the VMI; CDI's importer pod, through the DataVolume and its
+ * PVC), so lab Pods are those manifest_is_lab_pod() recognises: the lab-pod
+ * mark (or a Pod of the previous release). */
 static long count_lab(struct labctx *x, enum lesson_runtime rt, long *in_use)
 {
 	int pod = rt == RUNTIME_POD;
 	char *path = kube_path(pod ? "pods" : "virtualmachines", x->cfg->namespace_, NULL);
 	char *sel = pod ? xasprintf("%s=true,!kubevirt.io", x->cfg->label.lab_session)
 	                : xasprintf("%s=true", x->cfg->label.lab_session);
-	long code = kube_count(&x->kube, path, sel, in_use);
+	long code;
+	if (pod) {
+		cJSON *list = NULL;
+		const cJSON *it, *items;
+		code = kube_list_meta(&x->kube, path, sel, &list);
+		items = kj_get(list, "items");
+		*in_use = 0;
+		if (code == 200 && !cJSON_IsArray(items))
+			code = 0;
+		if (code == 200)
+			cJSON_ArrayForEach(it, items) *in_use += manifest_is_lab_pod(x->cfg, it);
+		cJSON_Delete(list);
+	} else {
+		code = kube_count(&x->kube, path, sel, in_use);
+	}
 	free(sel);
 	free(path);
 	return code;

@@ -6,7 +6,9 @@
  *   1. snapshot the active sessions of this environment
  *   2. list this environment's lab VMs, Pods, Secrets and session networks
  *      (NetworkAttachmentDefinitions) (label selector on the
- *      lab-session marker AND the environment): if a list fails, stop here
+ *      lab-session marker AND the environment; of the pods, only lab Pods:
+ *      manifest_is_lab_pod, the lab-pod mark, so never a CDI importer that
+ *      inherited a DataVolume's labels): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
  *   3. advance every active session: expired ones end (VM and Secret deleted),
@@ -37,6 +39,7 @@
 #include "jsonx.h"
 #include "lab.h"
 #include "log.h"
+#include "manifest.h"
 #include "metrics.h"
 #include "pool.h"
 #include "session.h"
@@ -108,7 +111,8 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
 	int pods = strcmp(kind, "pods") == 0;
-	/* lab Pods, not the virt-launcher pods that carry a VM's labels too */
+	/* lab Pods, not the virt-launcher pods (or CDI's importer pods) that carry
+	 * a VM's labels too: manifest_is_lab_pod() below */
 	char *sel = xasprintf("%s=true,%s=%s%s", c->label.lab_session, c->label.environment,
 	                      c->environment, pods ? ",!kubevirt.io" : "");
 	cJSON *list = NULL;
@@ -142,7 +146,7 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		/* never trust the selector alone with deletions */
 		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
 		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0 ||
-		    (pods && cJSON_GetObjectItemCaseSensitive(labels, "kubevirt.io")))
+		    (pods && !manifest_is_lab_pod(c, it)))
 			continue;
 		struct obj *o = &out->v[out->n++];
 		memset(o, 0, sizeof *o);

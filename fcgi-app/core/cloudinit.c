@@ -33,12 +33,17 @@ static const char agent_start_fmt[] =
 
 /* Root autologin on the serial console (KubeVirt's console is ttyS0),
  * written in bootcmd, before getty starts, so the first prompt is already a
- * root shell (a restart later would show "login:" until then). */
+ * root shell (a restart later would show "login:" until then). The tty is
+ * named (%I: agetty opens /dev/ttyS0 itself), not "-" (stdin as the tty):
+ * "-" needs the base unit's StandardInput=tty and TTYPath=, which
+ * serial-getty@.service has only since systemd v250 (PR #21171); with the
+ * older unit (Ubuntu 22.04's 249, EL8's 239) stdin is /dev/null and there is
+ * no getty (tests/qemu/t940). %I works with both. */
 #define AUTOLOGIN_UNIT                                                                             \
 	"[Service]\n"                                                                              \
 	"ExecStart=\n"                                                                             \
 	"ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 "         \
-	"--autologin root - $TERM\n"
+	"--autologin root %I $TERM\n"
 
 static const char autologin[] =
     "mkdir -p \"$(dirname " GUEST_AUTOLOGIN ")\"; "

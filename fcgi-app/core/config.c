@@ -276,6 +276,7 @@ static int load(const char *path, struct cfg *c, unsigned needs, char *err, size
 	c->label.machine = xasprintf("%s/machine", c->label_prefix);
 	c->label.pool = xasprintf("%s/pool", c->label_prefix);
 	c->label.lesson_hash = xasprintf("%s/lesson-hash", c->label_prefix);
+	c->label.lab_pod = xasprintf("%s/lab-pod", c->label_prefix);
 	return 0;
 }
 
@@ -305,6 +306,7 @@ void cfg_free(struct cfg *c)
 	free(c->label.machine);
 	free(c->label.pool);
 	free(c->label.lesson_hash);
+	free(c->label.lab_pod);
 	memset(&c->label, 0, sizeof c->label);
 	if (c->ticket_key) {
 		OPENSSL_cleanse(c->ticket_key, c->ticket_key_len);

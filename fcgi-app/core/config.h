@@ -57,10 +57,11 @@ struct cfg {
 	char
 	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
 
-	/* label keys "<label_prefix>/<name>", built by cfg_load() */
+	/* label keys "<label_prefix>/<name>", built by cfg_load(); lab_pod marks
+	 * the lab Pods labvm creates (only they carry it: see manifest.h) */
 	struct {
 		char *lab_session, *session_id, *environment, *lesson, *image, *machine, *pool,
-		    *lesson_hash;
+		    *lesson_hash, *lab_pod;
 	} label;
 
 	/* loaded from files by cfg_load() when asked for */

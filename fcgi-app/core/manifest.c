@@ -365,6 +365,10 @@ cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct
 	jx_add_str(pod, "apiVersion", "v1");
 	jx_add_str(pod, "kind", "Pod");
 	jx_put(pod, "metadata", metadata(c, n, n->vm, c->namespace_, l->id));
+	/* the positive mark of a lab Pod: on the Pod only (manifest_is_lab_pod) */
+	jx_add_str(cJSON_GetObjectItemCaseSensitive(
+	               cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "labels"),
+	           c->label.lab_pod, "true");
 	spec = jx_add_obj(pod, "spec");
 	jx_add_str(spec, "restartPolicy", "Never");
 	jx_add_bool(spec, "automountServiceAccountToken", 0);
@@ -438,4 +442,27 @@ cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct
 		cJSON_DeleteItemFromObject(sec, "items"); /* an empty Secret: nothing projected */
 	jx_push(jx_add_arr(spec, "volumes"), vol);
 	return pod;
+}
+
+static int label_is(const cJSON *labels, const char *key, const char *value)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(labels, key);
+	return cJSON_IsString(v) && strcmp(v->valuestring, value) == 0;
+}
+
+int manifest_is_lab_pod(const struct cfg *c, const cJSON *pod)
+{
+	const cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
+	const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels"), *o;
+	if (label_is(labels, c->label.lab_pod, "true"))
+		return 1;
+	/* a Pod of the previous release (no mark): see manifest.h */
+	if (cJSON_GetObjectItemCaseSensitive(labels, c->label.lab_pod) ||
+	    !label_is(labels, c->label.lab_session, "true") ||
+	    cJSON_GetObjectItemCaseSensitive(labels, "kubevirt.io") ||
+	    cJSON_GetObjectItemCaseSensitive(labels, "cdi.kubevirt.io"))
+		return 0;
+	cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(md, "ownerReferences")) if (
+	    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "controller"))) return 0;
+	return 1;
 }

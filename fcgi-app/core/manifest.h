@@ -84,6 +84,17 @@ cJSON *manifest_pod_secret(const struct cfg *c, const struct lab_names *n, const
  * the flag, so the Pod's Ready condition is the lab's. restartPolicy Never. */
 cJSON *manifest_pod(const struct cfg *c, const struct lab_names *n, const struct lesson *l);
 
+/* Whether a listed Pod (metadata is enough) is a lab Pod labvm created. Only
+ * those carry <prefix>/lab-pod: "true": labvm sets it on the Pod alone, never
+ * on a VM, its template or a dataVolumeTemplate, so no other controller can
+ * copy it. (A DataVolume's labels reach CDI's importer pod through its PVC,
+ * the lab labels included; a VM's reach its virt-launcher pod.) Until the next
+ * release a Pod of the previous one, which has no mark, still counts when it
+ * carries <prefix>/lab-session=true and none of kubevirt.io (launchers),
+ * cdi.kubevirt.io (every CDI pod) or a controller ownerReference (labvm never
+ * sets one on its Pods). */
+int manifest_is_lab_pod(const struct cfg *c, const cJSON *pod);
+
 #define POD_READY_FLAG "/run/labvm/ready"
 #define POD_CONTAINER  "lab"
 

@@ -23,7 +23,7 @@ ENV = env("LABVM_ENVIRONMENT")
 REAPER = os.path.join(env("LABVM_BIN"), "labvm-reaper")
 POD_CAPACITY = int(re.search(r"(?m)^pod_capacity = (\d+)$",
                              open(env("LABVM_CONF")).read()).group(1))
-LAB_PODS = f"{PREFIX}/lab-session=true,!kubevirt.io"
+LAB_PODS = f"{PREFIX}/lab-pod=true"
 
 
 def reap(*args):

@@ -28,6 +28,7 @@ PROFILES = {
         "vm_shutdown": (0.3, 0.2),      # guest shutdown after VMI deletion
         "pod_terminate": (0.05, 0.3),   # kubelet tears the pod down
         "attach_retry": (0.2, 0.0),     # Multi-Attach / FailedMount retry period
+        "cdi_requeue": (0.1, 0.0),      # CDI re-reads a running import (RequeueAfter 2 s)
     },
     "realistic": {
         "vmi_create": (0.25, 0.4),
@@ -44,6 +45,7 @@ PROFILES = {
         "vm_shutdown": (4.0, 0.3),
         "pod_terminate": (1.5, 0.3),
         "attach_retry": (2.0, 0.0),
+        "cdi_requeue": (2.0, 0.0),
     },
 }
 

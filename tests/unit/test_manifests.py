@@ -83,8 +83,10 @@ def lab_pods():
         spec = p["spec"]
         c = spec["containers"][0]
         t.eq(set(p["metadata"]["labels"]), {"labvm.io/lab-session", "labvm.io/session-id",
-                                            "labvm.io/environment", "labvm.io/lesson"},
-             f"{name}: the four labels")
+                                            "labvm.io/environment", "labvm.io/lesson",
+                                            "labvm.io/lab-pod"},
+             f"{name}: the four labels and the lab-pod mark")
+        t.eq(p["metadata"]["labels"]["labvm.io/lab-pod"], "true", f"{name}: lab-pod true")
         t.eq(spec["automountServiceAccountToken"], False, f"{name}: no token")
         t.eq(spec["restartPolicy"], "Never", f"{name}: never restarted")
         sc = c["securityContext"]
@@ -102,6 +104,20 @@ def lab_pods():
         t.eq(vol["secretName"], p["metadata"]["name"] + "-files", f"{name}: its Secret")
         t.ok(all(not it["path"].startswith("/") and ".." not in it["path"].split("/")
                  for it in vol.get("items", [])), f"{name}: item paths are relative")
+
+
+@t.test(name="only lab Pods carry the lab-pod mark (never a VM, its templates or a Secret)")
+def lab_pod_mark_on_pods_only():
+    def label_sets(o):
+        yield o["kind"], o["metadata"].get("labels") or {}
+        spec = o.get("spec") or {}
+        yield "template", (spec.get("template") or {}).get("metadata", {}).get("labels") or {}
+        for d in spec.get("dataVolumeTemplates") or []:
+            yield "dataVolumeTemplate", (d.get("metadata") or {}).get("labels") or {}
+    marked = sorted({k for o in objs for k, ls in label_sets(o) if "labvm.io/lab-pod" in ls})
+    t.eq(marked, ["Pod"], "the mark is on Pods alone")
+    dvts = [d for o in objs for d in (o.get("spec") or {}).get("dataVolumeTemplates") or []]
+    t.ok(dvts, "datavolume lessons produce dataVolumeTemplates", len(dvts))
 
 
 @t.test(name="a schema violation is caught (the validator is not a no-op)")
@@ -208,6 +224,9 @@ def cloud_configs():
         t.ok("serial-getty@ttyS0.service.d/autologin.conf" in boot0 and "--autologin root" in boot0
              and "ExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u'" in boot0,
              f"{d['lesson']}: bootcmd writes the autologin drop-in first (clears ExecStart)", boot0)
+        t.ok("--autologin root %I $TERM\n" in boot0 and " - $TERM" not in boot0,
+             f"{d['lesson']}: agetty is given the tty (%I), not stdin (-: systemd >= 250 only)",
+             boot0)
         t.ok(all(isinstance(f["permissions"], str) for f in files),
              f"{d['lesson']}: modes stay strings (YAML would read 0644 as a number)")
         t.ok(all(isinstance(c, list) for c in cc["bootcmd"] + cc["runcmd"]),
@@ -281,11 +300,21 @@ def network_policy():
         t.ok(not errs, f"NetworkPolicy {npol['metadata']['name']}", errs)
         spec = npol["spec"]
         t.eq(sorted(spec["policyTypes"]), ["Egress", "Ingress"], "both directions isolated")
-        pods_only = {"key": "kubevirt.io", "operator": "DoesNotExist"} in \
+        pods_only = {"key": "kubevirt.io", "operator": "Exists"} not in \
             spec["podSelector"].get("matchExpressions", [])
         t.eq([p["port"] for r in spec.get("ingress", []) for p in r["ports"]],
              [] if pods_only else [8899],
              "lab Pods: no ingress at all" if pods_only else "ingress only to the agent port")
+        sel = spec["podSelector"]
+        if npol["metadata"]["name"] == "labvm-lab-pods":
+            t.eq(sel, {"matchLabels": {"labvm.io/lab-pod": "true"}},
+                 "lab Pods are selected by their mark alone")
+        elif pods_only:
+            t.ok({"key": "cdi.kubevirt.io", "operator": "DoesNotExist"} in
+                 sel.get("matchExpressions", []) and
+                 {"key": "labvm.io/lab-pod", "operator": "DoesNotExist"} in
+                 sel.get("matchExpressions", []),
+                 "the unmarked Pods' policy selects no CDI pod and no marked Pod", sel)
         bad = dict(npol, spec=dict(spec, podSelectr={}))
         errs = []
         check({"$ref": f"#/components/schemas/{name}"}, bad, "", errs)

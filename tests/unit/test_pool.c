@@ -59,6 +59,7 @@ int main(void)
 	cfg.label.lesson = "labvm.io/lesson";
 	cfg.label.pool = "labvm.io/pool";
 	cfg.label.lesson_hash = "labvm.io/lesson-hash";
+	cfg.label.lab_pod = "labvm.io/lab-pod";
 	struct lab_names n;
 	lab_names_from_session(&n, "0f0e0d0c-0b0a-4908-8706-050403020100");
 	cJSON *l = manifest_labels(&cfg, &n, "l1");

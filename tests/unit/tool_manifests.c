@@ -43,6 +43,7 @@ int main(int argc, char **argv)
 	c.label.lesson = "labvm.io/lesson";
 	c.label.image = "labvm.io/image";
 	c.label.machine = "labvm.io/machine";
+	c.label.lab_pod = "labvm.io/lab-pod";
 	if (lessons_load(argv[1], &ls, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;

@@ -202,7 +202,7 @@ class Kubelet(Controller):
         if self.containers.enabled and not is_launcher(pod):
             self.containers.pending(pod)
             return
-        vmi_uid = md.get("labels", {}).get("kubevirt.io/created-by")
+        vmi_uid = md.get("labels", {}).get("kubevirt.io/created-by") if is_launcher(pod) else None
         ip = self.ips.get(vmi_uid) if vmi_uid else None
         if ip is None:
             ip = self.ipam.alloc()

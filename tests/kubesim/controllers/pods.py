@@ -29,6 +29,7 @@ same way virt-handler runs a VMI's guest.
 - A container that cannot be created (the runtime refused it) is terminated
   with exit code 128, reason StartError."""
 import base64
+import os
 import threading
 import time
 
@@ -43,8 +44,30 @@ PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "timeoutSeconds
                   "successThreshold": 1, "failureThreshold": 3}
 
 
+# What an image runs when the pod gives no command (its ENTRYPOINT): every
+# image is this host's root (podguest.py), so an image whose entrypoint is a
+# program of a cluster component maps to the simulator's stand-in for it.
+IMAGE_ENTRYPOINTS = {
+    # CDI's importer (cmd/cdi-importer): cdi_importer.py
+    "quay.io/kubevirt/cdi-importer": ["/usr/bin/python3", "-I",
+                                      os.path.join(os.path.dirname(os.path.dirname(
+                                          os.path.abspath(__file__))), "cdi_importer.py")],
+}
+
+
+def entrypoint(image):
+    repo = (image or "").rsplit("@", 1)[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    return IMAGE_ENTRYPOINTS.get(repo)
+
+
 def is_launcher(pod):
-    return "kubevirt.io/created-by" in (pod["metadata"].get("labels") or {})
+    """A VMI's virt-launcher pod: KubeVirt's `kubevirt.io: virt-launcher` label
+    (template.go). Not `kubevirt.io/created-by`: that label also reaches pods
+    KubeVirt never made (a DataVolume of a VM carries it to its PVC and on to
+    CDI's importer pod)."""
+    return (pod["metadata"].get("labels") or {}).get("kubevirt.io") == "virt-launcher"
 
 
 class PodContainers:
@@ -92,7 +115,8 @@ class PodContainers:
         c = spec["containers"][0]
         sc = dict(spec.get("securityContext") or {})
         sc.update(c.get("securityContext") or {})
-        command = list(c.get("command") or []) + list(c.get("args") or [])
+        command = list(c.get("command") or entrypoint(c.get("image")) or []) + \
+            list(c.get("args") or [])
         if not command:
             command = ["/bin/sh"]          # the image's default entrypoint
         env = {e["name"]: e.get("value", "") for e in c.get("env") or [] if "name" in e}
@@ -110,6 +134,11 @@ class PodContainers:
             return
         ip = self.k.ips.get(uid) or self.k.ipam.alloc()
         self.k.ips[uid] = ip
+        if dig(pod, "status", "podIP") != ip:
+            # the sandbox has its address before the container starts, and the
+            # kubelet reports it (so the policy agent knows it: podnet.attach
+            # waits for that)
+            pod = self.k._pod_status(pod, podIP=ip, podIPs=[{"ip": ip}]) or pod
         kw = dict(name=md["name"], workdir=self.sim.guest_dir(md.get("namespace"), md["name"], uid),
                   ip=ip, command=command, env=env, caps=capabilities(sc),
                   no_new_privs=sc.get("allowPrivilegeEscalation") is False,

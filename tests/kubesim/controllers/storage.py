@@ -1,7 +1,9 @@
 """The PersistentVolume controller (the PVC binder) and the
 kubernetes.io/pvc-protection finalizer: a PVC gets the finalizer, binds after
 the profile's pvc_bind delay (volumeName, capacity, bind annotations), and a
-PVC being deleted keeps its finalizer while a pod that is not finished uses it."""
+PVC being deleted keeps its finalizer while a pod that is not finished uses it.
+A claim whose dataSourceRef names a populator's kind (CDI's VolumeImportSource)
+is not provisioned: its populator binds it."""
 import util
 from util import dig
 
@@ -31,6 +33,11 @@ class PVCBinder(Controller):
             self.api.sys_update("persistentvolumeclaims", n)
             return
         if dig(pvc, "status", "phase") in (None, "Pending"):
+            ref = dig(pvc, "spec", "dataSourceRef") or {}
+            if ref.get("apiGroup") not in (None, "", "snapshot.storage.k8s.io"):
+                # a volume populator's claim (KEP-1495): the provisioner leaves it
+                # alone; the populator binds a volume to it (CDI's Rebind)
+                return
             if not self.ready(uid, "bind", "pvc_bind"):
                 return
             n = util.deep(pvc)

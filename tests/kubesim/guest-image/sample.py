@@ -124,7 +124,7 @@ bootcmd:
     cat > /etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf <<'EOF'
     [Service]
     ExecStart=
-    ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 --autologin root - $TERM
+    ExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --keep-baud 115200,57600,38400,9600 --autologin root %I $TERM
     EOF
     systemctl daemon-reload
   - [systemd-run, --no-block, --unit=labvm-agent, -p, DefaultDependencies=no, -p, Restart=always,
@@ -167,7 +167,7 @@ def labvm_current_userdata(token, agent=None, setup=SETUP):
                  f"HOME=/root /opt/labvm/setup.sh >/var/log/labvm-setup.log 2>&1; echo $? > {state}/setup.rc")
     ready_flag = f'[ "$(cat {state}/setup.rc 2>/dev/null)" = 0 ] && touch {state}/ready'
     autologin = ("[Service]\nExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u' "
-                 "--keep-baud 115200,57600,38400,9600 --autologin root - $TERM\n")
+                 "--keep-baud 115200,57600,38400,9600 --autologin root %I $TERM\n")
 
     def f(path, content, mode):
         return {"path": path, "content": content, "permissions": mode, "owner": "root:root"}

@@ -7,6 +7,7 @@ import time
 
 import errors
 import guests
+from controllers.pods import is_launcher
 import rbac
 from resources import BY_PLURAL
 
@@ -70,6 +71,16 @@ class AdminEndpoints:
             with sim.store.lock:
                 sim.controllers.ipam.give_next = nxt
             return self.send_json(200, {"next": nxt})
+        elif parts == ["cdi"] and method in ("GET", "POST"):
+            m = sim.cdi_net.mirror
+            if m is None:
+                raise errors.ApiError(404, "no registry mirror (no pod network)", "NotFound", {})
+            if method == "POST":
+                body = self.sim_json()
+                if set(body) != {"hold"} or not isinstance(body["hold"], bool):
+                    raise errors.bad_request('give {"hold": true|false}')
+                m.set_hold(body["hold"])
+            return self.send_json(200, sim.cdi_net.state())
         elif parts == ["compact"] and method == "POST":
             sim.store.compact()
             return self.send_json(200, {"compactedTo": sim.store.current_rv()})
@@ -105,8 +116,7 @@ class AdminEndpoints:
             if vmi is None:
                 # a lab Pod's container (the pod's own exec subresource is the real way)
                 vmi = sim.store.get("pods", ns, name)
-                if vmi is None or "kubevirt.io/created-by" in (vmi["metadata"].get("labels")
-                                                               or {}):
+                if vmi is None or is_launcher(vmi):
                     raise errors.not_found(BY_PLURAL["virtualmachineinstances"], name)
             uid = vmi["metadata"]["uid"]
         # a process guest is started just after its VMI turns Running: give a

@@ -63,6 +63,9 @@ class Sim:
         self.console_lock = threading.Lock()
         self.requests = 0
         self.started = time.time()
+        # CDI's controller Pod (its progress scrapes) and the registry mirror (cdinet.py)
+        from cdinet import CdiNet
+        self.cdi_net = CdiNet(self)
         self.controllers = Controllers(self)
 
     @staticmethod
@@ -139,6 +142,7 @@ class Sim:
                                             "osImage": "Debian GNU/Linux 12 (bookworm)",
                                             "kernelVersion": os.uname().release}}}
             self.api.create(admin, BY_PLURAL["nodes"], "", node, keep_status=True)
+        self.cdi_net.bootstrap(admin, self.api, BY_PLURAL)
         docs = []
         if self.args.rbac:
             docs += load_docs(self.args.rbac)

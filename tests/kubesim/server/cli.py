@@ -39,6 +39,14 @@ def parse_args(argv):
                          "the pod network (an address of the pod CIDR), held by the simulator; "
                          "STATE/backend-pod.json says which (pid, netns, ip) for labvm's "
                          "processes to join (tests/stack --backend pod)")
+    ap.add_argument("--cdi-flow", default="populator", choices=["populator", "legacy"],
+                    help="how CDI imports a registry/http DataVolume: populator (the "
+                         "storage class is CSI: a prime-<uid> claim and importer-prime-<uid>, "
+                         "CDI 1.66's default) or legacy (importer-<pvc> on the claim itself); "
+                         "a DataVolume's cdi.kubevirt.io/storage.usePopulator overrides it")
+    ap.add_argument("--registry-mirror", default=None, metavar="ADDR:PORT",
+                    help="the only registry imports can reach (CDIConfig importProxy): a private "
+                         "address outside the pod network (default 172.30.0.10:3128)")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -68,6 +76,15 @@ def parse_args(argv):
         ap.error("--backend-netns needs --backend-pod")
     if a.no_rbac:
         a.rbac = None
+    if a.registry_mirror:
+        import ipaddress
+        from cdinet import parse_mirror
+        try:
+            from podnet import pod_cidr_for_port
+            parse_mirror(a.registry_mirror, ipaddress.ip_network(a.pod_cidr or
+                                                                 pod_cidr_for_port(a.port)))
+        except ValueError as e:
+            ap.error(str(e))
     if a.time_scale <= 0:
         ap.error("--time-scale must be > 0")
     if a.guest == "qemu":
@@ -154,6 +171,12 @@ def main(argv=None):
         sim.controllers.stop_all()
         sim.podnet.stop()
         raise SystemExit(f"kubesim: the backend Pod's network: {e}") from None
+    try:
+        sim.cdi_net.start()
+    except Exception as e:  # noqa: BLE001
+        sim.controllers.stop_all()
+        sim.podnet.stop()
+        raise SystemExit(f"kubesim: CDI's Pod and the registry mirror: {e}") from None
 
     def health():
         while True:

@@ -258,8 +258,11 @@ def datavolume_import():
     pvc = A.get(PVCS + "/fresh-1").json
     t.eq(pvc["metadata"]["annotations"].get("labvm.io/image"), "img",
          "DataVolume annotations pass to the PVC")
-    t.eq(pvc["metadata"]["annotations"].get("cdi.kubevirt.io/storage.import.endpoint"),
-         "docker://quay.io/containerdisks/debian:12", "import endpoint annotation")
+    # CDI 1.66 on a CSI class: the import populator (the endpoint is on the prime claim)
+    t.eq(pvc["spec"].get("dataSourceRef"),
+         {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeImportSource",
+          "name": "volume-import-source-" + A.get(DVS + "/fresh-1").json["metadata"]["uid"]},
+         "the claim names its VolumeImportSource")
     t.eq(pvc["status"]["phase"], "Bound", "PVC Bound")
     t.eq(A.get(DVS + "/fresh-1").json["status"]["progress"], "100.0%", "progress")
     wait_running(sim, "dv-vm", 5)

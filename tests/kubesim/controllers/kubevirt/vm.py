@@ -59,9 +59,17 @@ class VMController(Controller):
         for t in dig(vm, "spec", "dataVolumeTemplates") or []:
             dvname = dig(t, "metadata", "name")
             if dvname and self.store.get("datavolumes", ns, dvname) is None:
+                # the template's metadata, labels and annotations as they are,
+                # plus kubevirt.io/created-by and allowClaimAdoption (KubeVirt
+                # pkg/storage/types/dv.go GenerateDataVolumeFromTemplate,
+                # pkg/virt-controller/watch/util/util.go CreateDataVolumeManifest)
+                tmd = util.deep(t.get("metadata") or {})
+                tmd["labels"] = dict(tmd.get("labels") or {},
+                                     **{"kubevirt.io/created-by": md["uid"]})
+                tmd["annotations"] = dict(tmd.get("annotations") or {},
+                                          **{"cdi.kubevirt.io/allowClaimAdoption": "true"})
                 dv = {"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-                      "metadata": dict(util.deep(t.get("metadata") or {}), namespace=ns,
-                                       ownerReferences=[owner_ref(vm)]),
+                      "metadata": dict(tmd, namespace=ns, ownerReferences=[owner_ref(vm)]),
                       "spec": util.deep(t.get("spec") or {})}
                 dv["metadata"].pop("creationTimestamp", None)
                 try:
