@@ -24,7 +24,7 @@ from resources import BY_PLURAL
 from schema import Validator
 from store import Store
 
-from .discovery import K8S_VERSION
+from .discovery import k8s_version
 from .handlers import Handler
 from .httpio import Dropped
 
@@ -35,6 +35,9 @@ BACKEND_SA = ("labs", "labvm-backend")
 class Sim:
     def __init__(self, args):
         self.args = args
+        v = getattr(args, "k8s_version", None) or "1.34"
+        self.version = tuple(int(x) for x in v.split("."))
+        self.version_info = k8s_version(v)
         self.state_dir = os.path.abspath(args.state_dir)
         self.log_lock = threading.Lock()
         self.store = Store(history=args.watch_history)
@@ -133,7 +136,7 @@ class Sim:
                                                "lastTransitionTime": util.now_rfc3339()}],
                                "addresses": [{"type": "InternalIP", "address": ip},
                                              {"type": "Hostname", "address": name}],
-                               "nodeInfo": {"kubeletVersion": K8S_VERSION["gitVersion"],
+                               "nodeInfo": {"kubeletVersion": self.version_info["gitVersion"],
                                             "containerRuntimeVersion": "containerd://1.7.0",
                                             "operatingSystem": "linux", "architecture": "amd64",
                                             "osImage": "Debian GNU/Linux 12 (bookworm)",

@@ -11,6 +11,7 @@ import threading
 import time
 
 from .app import Sim, serve
+from .discovery import K8S_VERSIONS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/kubesim
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -59,6 +60,9 @@ def parse_args(argv):
                     help="events kept for watches; older resourceVersions get 410 Expired")
     ap.add_argument("--admission", action="append", default=[],
                     help="extra admission plugins: OwnerReferencesPermissionEnforcement")
+    ap.add_argument("--k8s-version", default="1.34", choices=list(K8S_VERSIONS),
+                    help="the Kubernetes minor to behave as (/version; from 1.35 a "
+                         "WebSocket pods/exec needs create as well as get)")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     if a.rbac is None and not a.no_rbac:

@@ -100,6 +100,11 @@ class HttpIO(BaseHTTPRequestHandler):
         return self._body
 
     def send_json(self, code, obj, headers=None, raw=None):
+        after = getattr(self, "after_fault", None)
+        if after is not None and code < 400:
+            # a fault with "after": the request took effect; its answer is lost
+            self.after_fault = None
+            return self.send_error_status(after)
         data = raw if raw is not None else util.dumps(obj)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -122,13 +127,17 @@ class HttpIO(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
     def send_error_status(self, e):
+        if e.text is not None:
+            return self.send_text(e.code, e.text, headers=e.headers)
         self.send_json(e.code, e.status(), e.headers)
 
-    def send_text(self, code, text, ctype="text/plain; charset=utf-8"):
+    def send_text(self, code, text, ctype="text/plain; charset=utf-8", headers=None):
         data = text.encode() if isinstance(text, str) else text
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_with(data)
 
     def drain_body(self):
