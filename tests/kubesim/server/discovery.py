@@ -37,7 +37,9 @@ class Discovery:
             return self.send_json(200, {"kind": "APIVersions", "versions": ["v1"],
                                         "serverAddressByClientCIDRs": [{
                                             "clientCIDR": "0.0.0.0/0",
-                                            "serverAddress": f"{sim.args.host}:{sim.args.port}"}]})
+                                            "serverAddress": (f"[{sim.args.host}]" if ":" in sim.args.host
+                                                                  else sim.args.host) +
+                                                 f":{sim.args.port}"}]})
         if path == "/apis":
             return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1",
                                         "groups": [group_obj(g) for g in GROUPS if g]})

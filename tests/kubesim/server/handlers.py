@@ -26,6 +26,18 @@ from .subresources import KubevirtSubresources
 from .watch import Watch
 
 
+def route_kind(route, q):
+    """What a connection's first request is, for the ALPN record: rest,
+    watch, console (the VMI's), exec (a pod's)."""
+    if route.get("verb") == "watch":
+        return "watch"
+    if route["kind"] == "kvsub" and route.get("sub") == "console":
+        return "console"
+    if route["kind"] == "podsub" and route.get("sub") == "exec":
+        return "exec"
+    return "rest"
+
+
 def kubevirt_verb(method, name):
     """KubeVirt pkg/virt-api/rest/authorizer.go mapHttpVerbToRbacVerb (v1.9.0)."""
     m = method.upper()
@@ -75,6 +87,7 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             route = self.route(method, path, q)
             if route is None:
                 return
+            self.count_alpn(route_kind(route, q))
             self.apply_faults(route)
             self.serve_route(method, route, q, user)
         except Dropped:

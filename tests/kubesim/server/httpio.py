@@ -32,7 +32,39 @@ class HttpIO(BaseHTTPRequestHandler):
             self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
+        self.alpn = self.request.selected_alpn_protocol()
+        self.alpn_counted = False
+        if self.alpn == "h2":
+            self.refuse_h2()
         super().setup()
+
+    def refuse_h2(self):
+        """The client chose h2 (offered with --alpn h2,http/1.1, as
+        kube-apiserver offers it): this server speaks HTTP/1.1 only, so it
+        answers as an HTTP/2 server that requires HTTP/1.1 would (RFC 9113
+        section 3.4 preface, then SETTINGS and GOAWAY HTTP_1_1_REQUIRED, 0xd)
+        and closes: stricter than a real API server, which would serve h2.
+        Counted in /_sim/stats "alpn"."""
+        self.sim.alpn_count("h2", "refused")
+        try:
+            self.request.settimeout(2)
+            self.request.recv(24)
+            settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+            goaway = b"\x00\x00\x08\x07\x00\x00\x00\x00\x00" + b"\x00" * 4 + \
+                b"\x00\x00\x00\x0d"
+            self.request.sendall(settings + goaway)
+        except OSError:
+            pass
+        try:
+            self.request.close()
+        except OSError:
+            pass
+        raise Dropped()
+
+    def count_alpn(self, kind):
+        if not self.alpn_counted:
+            self.alpn_counted = True
+            self.sim.alpn_count(self.alpn, kind)
 
     def version_string(self):
         return "kubesim"
