@@ -68,9 +68,10 @@ class Sim:
         self.consoles = {}        # (ns, name) -> WsSession
         self.console_lock = threading.Lock()
         self.requests = 0
-        # TLS connections by the protocol ALPN selected ("http/1.1", "h2",
-        # "none") and the kind of their first request (rest, watch, console,
-        # exec): a client that would speak h2 shows here (--alpn h2,http/1.1)
+        # requests by the protocol ALPN selected for their connection
+        # ("http/1.1", "none"; "h2": connections refused) and their kind (rest,
+        # watch, console, exec): a client that would speak h2 shows here
+        # (--alpn h2,http/1.1)
         self.alpn_lock = threading.Lock()
         self.alpn = {}
         self.started = time.time()

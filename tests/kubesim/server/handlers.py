@@ -27,8 +27,8 @@ from .watch import Watch
 
 
 def route_kind(route, q):
-    """What a connection's first request is, for the ALPN record: rest,
-    watch, console (the VMI's), exec (a pod's)."""
+    """What a request is, for the ALPN record: rest, watch, console (the
+    VMI's), exec (a pod's)."""
     if route.get("verb") == "watch":
         return "watch"
     if route["kind"] == "kvsub" and route.get("sub") == "console":

@@ -33,7 +33,6 @@ class HttpIO(BaseHTTPRequestHandler):
         except OSError:
             pass
         self.alpn = self.request.selected_alpn_protocol()
-        self.alpn_counted = False
         if self.alpn == "h2":
             self.refuse_h2()
         super().setup()
@@ -62,9 +61,7 @@ class HttpIO(BaseHTTPRequestHandler):
         raise Dropped()
 
     def count_alpn(self, kind):
-        if not self.alpn_counted:
-            self.alpn_counted = True
-            self.sim.alpn_count(self.alpn, kind)
+        self.sim.alpn_count(self.alpn, kind)
 
     def version_string(self):
         return "kubesim"

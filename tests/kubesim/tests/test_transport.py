@@ -60,7 +60,7 @@ def alpn_offers_h2_and_refuses_it():
     t.eq((r.returncode, r.stdout), (0, "1.1"), "curl --http1.1 works", r.stderr)
     st = A.get("/_sim/stats").json["alpn"]
     t.ok(st.get("h2", {}).get("refused", 0) >= 1, "the h2 client is counted", st)
-    t.ok(sum(st.get("http/1.1", {}).values()) >= 1, "http/1.1 connections counted by kind", st)
+    t.ok(sum(st.get("http/1.1", {}).values()) >= 1, "http/1.1 requests counted by kind", st)
 
 
 def layout():
