@@ -275,11 +275,11 @@ static void pause_s(const struct kube *k, double s)
 static long call(struct kube *k, const char *method, const char *path, const cJSON *body,
                  const char *content_type, cJSON **out, const char *create_name)
 {
-	unsigned gen = k->token_gen;
 	int tried_401 = 0;
 	for (int attempts = 0;;) {
 		double wait;
 		long code = call_once(k, method, path, body, content_type, out, &wait);
+		unsigned gen = k->token_gen; /* the token this call sent */
 		if (code == 401 && !tried_401) {
 			/* a rotated token: the file again, and once more if it changed */
 			tried_401 = 1;
