@@ -9,6 +9,7 @@
 
 #include "bridge.h"
 #include "log.h"
+#include "tlsname.h"
 #include "upstream_lws.h"
 
 static lws_retry_bo_t ul_retry;
@@ -38,6 +39,7 @@ int ul_connect(struct upstream_lws *l, const char *path, const char *protocols, 
 	i.host = B->kube.host;
 	i.origin = B->kube.host;
 	i.ssl_connection = LCCSCF_USE_SSL; /* verified against kube_ca_file */
+	i.alpn = "http/1.1";               /* a WebSocket upgrade is HTTP/1.1's */
 	i.protocol = protocols;
 	i.local_protocol_name = local;
 	i.opaque_user_data = l;
@@ -154,9 +156,14 @@ int ul_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
 
 	switch (reason) {
 	case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
-		/* the client SSL_CTX (in user): idle consoles give their TLS buffers back */
-		if (user)
+		/* the client SSL_CTX (in user): idle consoles give their TLS buffers
+		 * back; the certificate is checked against kube_api's host as
+		 * labvm reads it, not as lws 4.1.6 cuts it (an IPv6 literal) */
+		if (user) {
 			SSL_CTX_set_mode((SSL_CTX *)user, SSL_MODE_RELEASE_BUFFERS);
+			if (tlsname_pin((SSL_CTX *)user, B->kube.host) < 0)
+				return 1;
+		}
 		return 0;
 
 	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {

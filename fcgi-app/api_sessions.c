@@ -203,6 +203,7 @@ static void undo_submit(struct labctx *x, const struct start *st)
  * server's own handling of that request must be over. */
 static void confirm_vm(struct labctx *x, const char *name)
 {
+	kube_deadline(&x->kube, 0); /* the way back: not cut short by the start's deadline */
 	char *path = kube_path("virtualmachines", x->cfg->namespace_, name);
 	double until = util_mono_s() + x->cfg->kube_timeout_ms / 1000.0;
 	long code;
@@ -456,6 +457,14 @@ static enum step admit(struct req *r, struct start *st)
 	struct session s;
 	char detail[600];
 
+	/* the start's deadline, the longest start the reaper's orphan grace
+	 * allows for (cfg_min_orphan_grace_s: two lock waits, seven cluster calls):
+	 * every cluster call of the admission and the submission ends by then, and
+	 * a 429 from the API server is retried only within it (kube_deadline) */
+	kube_deadline(&x->kube,
+	              util_mono_s() +
+	                  (2.0 * c->capacity_lock_timeout_ms + 7.0 * c->kube_timeout_ms) / 1000.0);
+
 	/* 1-2: one start at a time per user; an open session is the answer. No
 	 * lock is waited for longer than capacity_lock_timeout_ms: a slow cluster
 	 * or a frozen holder turns into 503 capacity_busy, not a queue of workers */
@@ -672,6 +681,7 @@ static enum step run_start(struct req *r, struct start *st)
 	if (rc == STEP_REFUSED && st->err == E_CAPACITY_FULL && st->lesson->runtime == RUNTIME_VM &&
 	    st->line == 0 && short_by >= 1) {
 		db_rollback(&x->db);
+		kube_deadline(&x->kube, 0); /* the next admit() has one of its own */
 		int y = pool_yield(x, st->lesson->id, (int)short_by, (int)st->n);
 		if (y < 0)
 			return STEP_DB;
@@ -695,6 +705,7 @@ static enum step run_start(struct req *r, struct start *st)
 	}
 	for (size_t i = 0; i < st->n; i++)
 		OPENSSL_cleanse(st->vms[i].token, sizeof st->vms[i].token);
+	kube_deadline(&x->kube, 0); /* the way back and what follows have their own time */
 	if (rc != STEP_OK) {
 		if (st->created)
 			undo_submit(x, st);

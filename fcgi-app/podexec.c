@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <libwebsockets.h>
 
+#include "tlsname.h"
 #include "util.h"
 
 #define PROTOS     "v5.channel.k8s.io,v4.channel.k8s.io"
@@ -48,6 +49,7 @@ struct pe {
 	int state;
 	int ch; /* channel of the message being received (its first piece has it) */
 	const char *bearer;
+	const char *host; /* kube_api's, what the certificate must name */
 	struct buf out, err, status;
 	char why[200];
 };
@@ -66,6 +68,12 @@ static int cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
 	struct pe *e = lws_get_opaque_user_data(wsi);
 
 	switch (reason) {
+	case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS: {
+		/* the client SSL_CTX (in user): the certificate is checked against
+		 * kube_api's host, not against lws 4.1.6's cut of it (IPv6) */
+		struct pe *c = lws_context_user(lws_get_context(wsi));
+		return user && c && tlsname_pin((SSL_CTX *)user, c->host) == 0 ? 0 : 1;
+	}
 	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
 		unsigned char **p = (unsigned char **)in, *end = (*p) + len;
 		if (!e || lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
@@ -229,6 +237,7 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	r->exit_code = -1;
 	memset(&e, 0, sizeof e);
 	e.bearer = bearer;
+	e.host = host;
 	if (parse_api(c->kube_api, host, sizeof host, &port, prefix, sizeof prefix) < 0) {
 		snprintf(msg, msglen, "kube_api is not https://host[:port]");
 		return -1;
@@ -251,6 +260,7 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	info.protocols = protocols;
 	info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 	info.client_ssl_ca_filepath = c->kube_ca_file;
+	info.user = &e; /* for the TLS set-up callback */
 	ctx = lws_create_context(&info);
 	if (!ctx) {
 		snprintf(msg, msglen, "cannot set up a TLS client (kube_ca_file %s)",
@@ -268,6 +278,7 @@ int podexec_run(const struct cfg *c, const char *bearer, const char *pod, const 
 	i.host = host;
 	i.origin = host;
 	i.ssl_connection = LCCSCF_USE_SSL;
+	i.alpn = "http/1.1"; /* a WebSocket upgrade is HTTP/1.1's */
 	i.protocol = PROTOS;
 	i.local_protocol_name = "labvm-podexec";
 	i.opaque_user_data = &e;

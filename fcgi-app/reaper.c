@@ -505,9 +505,16 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	nactive = nids;
-	if (list_objs(&x, "virtualmachines", 0, &vms) < 0 || list_objs(&x, "pods", 0, &vms) < 0 ||
-	    list_objs(&x, "secrets", 0, &secrets) < 0 ||
-	    list_objs(&x, "network-attachment-definitions", 1, &nets) < 0) {
+	/* the four lists may take what four calls take (kube_timeout_ms each);
+	 * a 429 (API Priority and Fairness) is retried within that, honouring
+	 * its Retry-After (kube_deadline), well inside the CronJob's deadline */
+	kube_deadline(&x.kube, util_mono_s() + 4.0 * cfg.kube_timeout_ms / 1000.0);
+	int listed = list_objs(&x, "virtualmachines", 0, &vms) == 0 &&
+	             list_objs(&x, "pods", 0, &vms) == 0 &&
+	             list_objs(&x, "secrets", 0, &secrets) == 0 &&
+	             list_objs(&x, "network-attachment-definitions", 1, &nets) == 0;
+	kube_deadline(&x.kube, 0);
+	if (!listed) {
 		log_err("cluster lists failed: nothing deleted this run");
 		goto out;
 	}

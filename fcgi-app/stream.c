@@ -32,6 +32,11 @@
 #define VMI_RECHECK_S  1.0   /* ... its VMI read again first, at most this often */
 #define SLOT_TTL_S     60    /* a per-user stream slot not renewed for this long is free */
 #define SLOT_RENEW_S   20    /* ... renewed this often while its stream is open */
+/* a VMI watch that ended at once with no event, began with an ERROR event,
+ * or ended on its first event (the state the driver had just read) proves
+ * nothing happened: the next watch waits, doubling from 0.1 s up to this,
+ * back to none after a watch that held or saw a change */
+#define WATCH_BACKOFF_MAX_S 5.0
 
 struct watcher {
 	FCGX_Request *fr;
@@ -49,6 +54,7 @@ struct job {
 	int watchers;
 	int busy;
 	double next_at;
+	int watch_fails; /* VMI watches in a row that proved nothing (WATCH_BACKOFF_MAX_S) */
 };
 
 static const struct cfg *cfg;
@@ -124,6 +130,8 @@ static void job_unwatch(const char *id)
 struct phase_watch {
 	char first[32];
 	int seen;
+	int events; /* events read */
+	int error;  /* an ERROR event (a Status: the watch failed) */
 };
 
 static int on_vmi_event(const cJSON *ev, void *ud)
@@ -131,9 +139,14 @@ static int on_vmi_event(const cJSON *ev, void *ud)
 	struct phase_watch *w = ud;
 	const char *type = kj_str(ev, "type");
 	const char *phase = kj_str(ev, "object.status.phase");
+	w->events++;
+	if (type && strcmp(type, "ERROR") == 0) {
+		w->error = 1;
+		return 1;
+	}
 	if (!type || strcmp(type, "ADDED") != 0) {
 		if (type && strcmp(type, "MODIFIED") != 0)
-			return 1; /* DELETED, ERROR */
+			return 1; /* DELETED, or no type */
 	}
 	if (!phase)
 		phase = "";
@@ -150,7 +163,9 @@ static int on_vmi_event(const cJSON *ev, void *ud)
 /* Wait for the next thing that can move s on, at most hold_ms: for its
  * first machine not ready yet, its VMI's phase (not Running yet) or its
  * agent's flag, bounded by that machine's deadline. 0 something may have
- * happened (look again at once), -1 the wait failed (retry later). */
+ * happened (look again at once), -1 the wait failed (retry later), 1 the
+ * watch proved nothing (ended at once, an ERROR event, or only the state
+ * already known): look again after a back-off. */
 static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 {
 	struct session_vm *vm = NULL;
@@ -173,13 +188,23 @@ static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 		char *path = xasprintf("%s?watch=true&fieldSelector=metadata.name%%3D%s"
 		                       "&timeoutSeconds=%d",
 		                       coll, vm->name, (wait_ms + 999) / 1000);
-		struct phase_watch w = {{0}, 0};
+		struct phase_watch w = {{0}, 0, 0, 0};
+		double t0 = util_mono_s();
 		long code = kube_watch(&x->kube, path, wait_ms + 500L, on_vmi_event, &w);
+		double took_ms = (util_mono_s() - t0) * 1000.0;
 		free(path);
 		free(coll);
 		if (code != 200) {
 			log_debug("session %s: VMI watch: HTTP %ld %s", s->id, code, x->kube.msg);
 			return -1;
+		}
+		/* a quiet watch holds about wait_ms; one that changed saw 2+ events */
+		if (w.error || (!w.events && took_ms < wait_ms / 2.0) || w.events == 1) {
+			if (w.error || !w.events)
+				log_debug("session %s: VMI watch %s after %.0f ms", s->id,
+				          w.error ? "sent an ERROR event" : "ended with no event",
+				          took_ms);
+			return 1;
 		}
 		return 0;
 	}
@@ -263,9 +288,9 @@ static int drive_lock(struct labctx *x, const char *id, int take)
 	return got;
 }
 
-static void driver_step(struct labctx *x, const char *id, double *next_at, int *done);
+static void driver_step(struct labctx *x, const char *id, double *next_at, int *done, int *fails);
 
-static void driver_round(struct labctx *x, const char *id, double *next_at, int *done)
+static void driver_round(struct labctx *x, const char *id, double *next_at, int *done, int *fails)
 {
 	*done = 0;
 	*next_at = util_mono_s() + RETRY_S;
@@ -276,12 +301,25 @@ static void driver_round(struct labctx *x, const char *id, double *next_at, int 
 		*next_at = util_mono_s() + (lk == 0 ? 1.0 : RETRY_S);
 		return;
 	}
-	driver_step(x, id, next_at, done);
+	driver_step(x, id, next_at, done, fails);
 	if (drive_lock(x, id, 0) < 0)
 		db_close(&x->db); /* a session lock must not outlive the round */
 }
 
-static void driver_step(struct labctx *x, const char *id, double *next_at, int *done)
+/* The pause before the next watch after fails watches in a row proved
+ * nothing: none after the first (the state may just have changed), then
+ * 0.1 s doubling up to WATCH_BACKOFF_MAX_S. */
+static double watch_backoff_s(int fails)
+{
+	if (fails <= 1)
+		return 0;
+	double d = 0.1;
+	for (int i = 2; i < fails && d < WATCH_BACKOFF_MAX_S; i++)
+		d *= 2;
+	return d < WATCH_BACKOFF_MAX_S ? d : WATCH_BACKOFF_MAX_S;
+}
+
+static void driver_step(struct labctx *x, const char *id, double *next_at, int *done, int *fails)
 {
 	struct session s;
 	int rc = session_load(x, id, &s);
@@ -305,8 +343,14 @@ static void driver_step(struct labctx *x, const char *id, double *next_at, int *
 	for (size_t i = 0; i < njobs; i++)
 		others += !jobs[i].busy && jobs[i].watchers > 0;
 	pthread_mutex_unlock(&jmu);
-	if (s.nvms && driver_wait(x, &s, others ? HOLD_BUSY_MS : HOLD_MS) == 0)
+	int w = s.nvms ? driver_wait(x, &s, others ? HOLD_BUSY_MS : HOLD_MS) : -1;
+	if (w == 0) {
+		*fails = 0;
 		*next_at = util_mono_s();
+	} else if (w == 1) {
+		(*fails)++;
+		*next_at = util_mono_s() + watch_backoff_s(*fails);
+	}
 	session_free(&s);
 }
 
@@ -350,19 +394,21 @@ static void *driver(void *arg)
 		char id[40];
 		snprintf(id, sizeof id, "%s", pick->id);
 		pick->busy = 1;
+		int fails = pick->watch_fails;
 		pthread_mutex_unlock(&jmu);
 
 		double next_at;
 		int done;
 		db_reset_timer(&x.db);
 		kube_reset_timer(&x.kube);
-		driver_round(&x, id, &next_at, &done);
+		driver_round(&x, id, &next_at, &done, &fails);
 
 		pthread_mutex_lock(&jmu);
 		struct job *j = job_find(id);
 		if (j) {
 			j->busy = 0;
 			j->next_at = next_at;
+			j->watch_fails = fails;
 			if (done || j->watchers <= 0)
 				job_remove_locked(j);
 		}

@@ -2,8 +2,9 @@
  * client (kube.c), the guest agent client (agent.c) and labvm-bench's API
  * client: a capped answer, connect and total timeouts, TLS always verified
  * (against ca_file, or the system's CAs), bearer auth through libcurl's own
- * CURLAUTH_BEARER (or HTTP Basic), and the handle's keep-alive connections
- * kept from call to call. One CURL handle per thread. */
+ * CURLAUTH_BEARER (or HTTP Basic), HTTP/1.1 only (ALPN http/1.1, never h2),
+ * and the handle's keep-alive connections kept from call to call. One CURL
+ * handle per thread. */
 #ifndef LABVM_CORE_HTTPC_H
 #define LABVM_CORE_HTTPC_H
 

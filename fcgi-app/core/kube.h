@@ -23,18 +23,44 @@ struct kube {
 	unsigned calls;
 	const char *accept;         /* the next calls' Accept header (NULL: application/json) */
 	const volatile int *cancel; /* set: calls end at once (httpc_req.cancel) */
+	/* kube_deadline(): every call ends by then; 429s are retried within it */
+	double until;
+	unsigned retries; /* 429s retried since kube_reset_timer */
+	/* the token file as last read (a rotation swaps it: a new inode) */
+	struct {
+		unsigned long long dev, ino;
+		long long mtime_ns, size;
+	} token_id;
+	unsigned token_gen; /* bumped when a re-read found a different token */
 };
 
 /* 0 ok, -1 failure (message in k->msg). */
 int kube_init(struct kube *k, const struct cfg *c);
 void kube_cleanup(struct kube *k);
+/* Zero the call figures (ms, calls, retries) and clear the deadline. */
 void kube_reset_timer(struct kube *k);
+
+/* The deadline of what the caller is doing (monotonic seconds, util_mono_s();
+ * 0: none, the default). Under one, every call's timeout is cut to end by
+ * then (a call with no time left fails at once, code 0), and a 429 (API
+ * Priority and Fairness, or a Status TooManyRequests) is retried, waiting
+ * its Retry-After (the header, else details.retryAfterSeconds; at most
+ * KUBE_RETRY_WAIT_MAX_S), while the wait and a call still fit: at most
+ * KUBE_RETRY_MAX times. Without a deadline a 429 is answered as it came. A
+ * create retried this way first asks for the object by name and takes it
+ * if it is there: never created twice. The way back after a failure should
+ * clear the deadline (0) before it deletes. */
+#define KUBE_RETRY_MAX        8
+#define KUBE_RETRY_WAIT_MAX_S 10.0
+void kube_deadline(struct kube *k, double until);
 
 /* One API call. method "GET", "POST", "PATCH", "DELETE", "PUT"; path starts
  * with "/"; body may be NULL; content_type NULL means application/json.
  * Returns the HTTP status, or 0 when the API could not be reached (k->msg).
  * *out (if out != NULL) gets the parsed JSON body (caller cJSON_Delete()s),
- * or NULL. On statuses >= 400, k->msg carries the Status message. */
+ * or NULL. On statuses >= 400, k->msg carries the Status message. The token
+ * file is looked at before every call (a rotation is seen at once) and a
+ * 401 is tried once more when the file then holds another token. */
 long kube_call(struct kube *k, const char *method, const char *path, const cJSON *body,
                const char *content_type, cJSON **out);
 
@@ -53,6 +79,9 @@ long kube_list(struct kube *k, const char *path, const char *label_selector, cJS
 long kube_list_meta(struct kube *k, const char *path, const char *label_selector, cJSON **out);
 /* How many objects a list returns (*n; 0 unless the answer is 200 with items). */
 long kube_count(struct kube *k, const char *path, const char *label_selector, long *n);
+/* POST obj to the collection path. Retried after a 429 under a deadline
+ * (kube_deadline): then the object is looked up by its metadata.name first,
+ * and an existing one is the answer (200, *out the object). */
 long kube_create(struct kube *k, const char *path, const cJSON *obj, cJSON **out);
 long kube_merge_patch(struct kube *k, const char *path, const cJSON *patch, cJSON **out);
 /* DELETE with propagationPolicy (e.g. "Background", "Foreground"); 404 counts as done:

@@ -10,13 +10,14 @@ REASONS = {
 
 
 class ApiError(Exception):
-    def __init__(self, code, message, reason=None, details=None, headers=None):
+    def __init__(self, code, message, reason=None, details=None, headers=None, text=None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason if reason is not None else REASONS.get(code, "")
         self.details = details
         self.headers = headers or {}
+        self.text = text   # answered as text/plain instead of a Status (a filter's http.Error)
 
     def status(self):
         s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -140,3 +141,23 @@ def generic(code, msg=None, res=None, name=None, retry_after=None):
         headers["Retry-After"] = str(retry_after)
     return ApiError(code, msg or default.get(code, f"simulated fault {code}"), reason, details,
                     headers)
+
+
+# API Priority and Fairness: the flow schema and priority level a rejected
+# request was classified in (their UIDs; workload-low for service accounts)
+APF_FLOW_SCHEMA_UID = "5f2ce7a4-0e4b-4b8c-9a2e-6c1f0d3b8a11"
+APF_PRIORITY_LEVEL_UID = "b1d9e0c2-7a43-4f6e-8d15-2c9a7e4f3b22"
+
+
+def apf_rejected(retry_after=1):
+    """k8s.io/apiserver v0.34 pkg/server/filters/priority-and-fairness.go: a
+    request that no queue takes is rejected by tooManyRequests()
+    (maxinflight.go): `Retry-After`, http.Error's text/plain body (no Status),
+    after setResponseHeaders() named the flow schema and priority level."""
+    ra = 1 if retry_after is None else retry_after
+    return ApiError(429, "Too many requests, please try again later.", "TooManyRequests", None,
+                    {"Retry-After": str(ra),
+                     "X-Kubernetes-PF-FlowSchema-UID": APF_FLOW_SCHEMA_UID,
+                     "X-Kubernetes-PF-PriorityLevel-UID": APF_PRIORITY_LEVEL_UID,
+                     "X-Content-Type-Options": "nosniff"},
+                    text="Too many requests, please try again later.\n")

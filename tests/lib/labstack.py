@@ -94,7 +94,7 @@ class Stack:
     def __init__(self, state, port_base=18000, demo=False, profile="fast", guest="process",
                  frontend="both", environment=None, capacity=8, time_scale=None,
                  bindir=None, reaper_every=0, extra_lessons=True, guest_net=None,
-                 backend=None):
+                 backend=None, kube_host="127.0.0.1", kube_args=()):
         self.state = os.path.abspath(state)
         self.backend = backend or os.environ.get("LABVM_BACKEND") or "host"
         if self.backend not in ("host", "pod"):
@@ -112,6 +112,10 @@ class Stack:
         self.reaper_every = reaper_every
         self.extra_lessons = extra_lessons
         self.guest_net = guest_net
+        # where the simulator listens (an IPv6 literal: labvm's kube_api is
+        # https://[ADDR]:PORT) and its extra options (e.g. --k8s-version 1.35)
+        self.kube_host = kube_host
+        self.kube_args = list(kube_args)
         self.logs = os.path.join(self.state, "logs")
         self.pids = os.path.join(self.state, "pids")
         self.conf = os.path.join(self.state, "labvm.conf")
@@ -292,6 +296,14 @@ class Stack:
                 # update on the owner's finalizers, so the shipped RBAC is proven
                 "--admission", "OwnerReferencesPermissionEnforcement",
                 "--seed", os.path.join(SRC, "tests", "kubesim", "seeds", "labs.yaml")]
+        if self.kube_host != "127.0.0.1":
+            argv += ["--host", self.kube_host]
+        if not self.demo:
+            # what kube-apiserver offers (k8s.io/apiserver secure_serving.go):
+            # labvm's clients must pick http/1.1 (the simulator refuses h2 and
+            # counts it); the demo keeps http/1.1 alone for kubectl's sake
+            argv += ["--alpn", "h2,http/1.1"]
+        argv += self.kube_args
         if self.time_scale:
             argv += ["--time-scale", str(self.time_scale)]
         if self.guest_net:
@@ -343,8 +355,9 @@ class Stack:
         conf = {
             "environment": self.environment,
             "namespace": "labs",
-            "kube_api": f"https://127.0.0.1:{self.ports['kube']}",
-            "kube_token_file": os.path.join(sd, "backend-token"),
+            "kube_api": f"https://{self.kube_hostport()}",
+            # the kubelet's projection: token -> ..data/token, swapped on rotation
+            "kube_token_file": os.path.join(sd, "serviceaccount", "token"),
             "kube_ca_file": os.path.join(sd, "ca.crt"),
             "database": self.database,
             "vm_capacity": str(self.capacity),
@@ -521,7 +534,7 @@ class Stack:
         sd = self.path("kubesim")
         env = {
             "LABVM_URL": self.url(),
-            "LABVM_KUBE_URL": f"https://127.0.0.1:{self.ports['kube']}",
+            "LABVM_KUBE_URL": f"https://{self.kube_hostport()}",
             "LABVM_KUBE_ADMIN_TOKEN_FILE": os.path.join(sd, "admin-token"),
             "LABVM_KUBE_BACKEND_TOKEN_FILE": os.path.join(sd, "backend-token"),
             "LABVM_KUBE_CA": os.path.join(sd, "ca.crt"),
@@ -547,6 +560,10 @@ class Stack:
             for k, v in env.items():
                 f.write(f"{k}='{v}'\n")
         return env
+
+    def kube_hostport(self):
+        h = self.kube_host
+        return (f"[{h}]" if ":" in h else h) + f":{self.ports['kube']}"
 
     # ------------------------------------------------------------- up/down
     def up(self):

@@ -84,6 +84,12 @@ class AdminEndpoints:
         elif parts == ["compact"] and method == "POST":
             sim.store.compact()
             return self.send_json(200, {"compactedTo": sim.store.current_rv()})
+        elif parts == ["tokens", "rotate"] and method == "POST":
+            body = self.sim_json()
+            v = body.get("old_valid_s", 0)
+            if not isinstance(v, (int, float)) or not 0 <= v <= 86400:
+                raise errors.bad_request("old_valid_s must be seconds (0..86400)")
+            return self.send_json(200, sim.rotate_backend_token(float(v)))
         elif parts == ["tokens"] and method == "POST":
             body = self.sim_json()
             if body.get("serviceAccount"):
@@ -182,6 +188,7 @@ def stats(sim):
         rv = sim.store.current_rv()
     return {"rss_bytes": self_rss(), "objects": counts, "resourceVersion": rv,
             "requests": sim.requests, "threads": threading.active_count(),
+            "alpn": sim.alpn_stats(), "token_rotations": sim.rotations,
             "guests": sum(1 for s in sim.controllers.guest_state.values() if s == "running"),
             "controller_passes": sim.controllers.passes,
             "uptime_s": round(time.time() - sim.started, 3), "profile": sim.profile.describe()}

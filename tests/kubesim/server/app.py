@@ -24,7 +24,7 @@ from resources import BY_PLURAL
 from schema import Validator
 from store import Store
 
-from .discovery import K8S_VERSION
+from .discovery import k8s_version
 from .handlers import Handler
 from .httpio import Dropped
 
@@ -35,6 +35,9 @@ BACKEND_SA = ("labs", "labvm-backend")
 class Sim:
     def __init__(self, args):
         self.args = args
+        v = getattr(args, "k8s_version", None) or "1.34"
+        self.version = tuple(int(x) for x in v.split("."))
+        self.version_info = k8s_version(v)
         self.state_dir = os.path.abspath(args.state_dir)
         self.log_lock = threading.Lock()
         self.store = Store(history=args.watch_history)
@@ -46,6 +49,9 @@ class Sim:
         self.profile = Profile(args.profile, args.time_scale)
         self.faults = Faults()
         self.tokens = {}
+        self.token_expiry = {}    # token -> time.time() after which it is refused
+        self.token_lock = threading.Lock()
+        self.rotations = 0
         self.guest_class = driver_class(args.guest)
         self.guest_net = self._guest_net(args.guest_net, args.port)
         # the pod network (podnet.py): every guest has its own network namespace on it
@@ -62,6 +68,12 @@ class Sim:
         self.consoles = {}        # (ns, name) -> WsSession
         self.console_lock = threading.Lock()
         self.requests = 0
+        # requests by the protocol ALPN selected for their connection
+        # ("http/1.1", "none"; "h2": connections refused) and their kind (rest,
+        # watch, console, exec): a client that would speak h2 shows here
+        # (--alpn h2,http/1.1)
+        self.alpn_lock = threading.Lock()
+        self.alpn = {}
         self.started = time.time()
         # CDI's controller Pod (its progress scrapes) and the registry mirror (cdinet.py)
         from cdinet import CdiNet
@@ -91,8 +103,54 @@ class Sim:
     def guest_dir(self, ns, name, uid):
         return os.path.join(self.state_dir, "guests", f"{ns}.{name}.{uid[:8]}")
 
+    def alpn_count(self, proto, kind):
+        with self.alpn_lock:
+            d = self.alpn.setdefault(proto or "none", {})
+            d[kind] = d.get(kind, 0) + 1
+
+    def alpn_stats(self):
+        with self.alpn_lock:
+            return {k: dict(v) for k, v in self.alpn.items()}
+
     def user_for(self, token):
+        exp = self.token_expiry.get(token)
+        if exp is not None and time.time() >= exp:
+            return None           # expired: 401, as a bound token past its exp
         return self.tokens.get(token)
+
+    def rotate_backend_token(self, old_valid_s):
+        """The kubelet's rotation of the backend Pod's projected token: a new
+        token for the same ServiceAccount, projected through the atomic
+        writer (STATE/serviceaccount/..data swapped), the old one valid for
+        old_valid_s more seconds (its exp), then refused (401)."""
+        with self.token_lock:
+            old = self.backend_token
+            self.backend_token = self.new_token(rbac.sa_user(*BACKEND_SA))
+            self.token_expiry[old] = time.time() + old_valid_s
+            self.project_token()
+            if getattr(self, "url", None):
+                self.write_kubeconfigs()
+            self.rotations += 1
+        self.log(f"backend token rotated ({self.rotations}); the old one is refused in "
+                 f"{old_valid_s} s")
+        return {"rotations": self.rotations, "old_valid_s": old_valid_s}
+
+    def project_token(self):
+        """STATE/serviceaccount as the kubelet projects a service-account
+        volume (token, ca.crt, namespace), and STATE/backend-token a symlink
+        to its token."""
+        with open(self.ca_crt) as f:
+            ca = f.read()
+        atomic_project(os.path.join(self.state_dir, "serviceaccount"),
+                       {"token": self.backend_token, "ca.crt": ca, "namespace": BACKEND_SA[0]})
+        link = os.path.join(self.state_dir, "backend-token")
+        tmp = link + ".tmp"
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        os.symlink(os.path.join("serviceaccount", "token"), tmp)
+        os.replace(tmp, link)
 
     def new_token(self, user):
         t = secrets.token_urlsafe(32)
@@ -136,7 +194,7 @@ class Sim:
                                                "lastTransitionTime": util.now_rfc3339()}],
                                "addresses": [{"type": "InternalIP", "address": ip},
                                              {"type": "Hostname", "address": name}],
-                               "nodeInfo": {"kubeletVersion": K8S_VERSION["gitVersion"],
+                               "nodeInfo": {"kubeletVersion": self.version_info["gitVersion"],
                                             "containerRuntimeVersion": "containerd://1.7.0",
                                             "operatingSystem": "linux", "architecture": "amd64",
                                             "osImage": "Debian GNU/Linux 12 (bookworm)",
@@ -271,7 +329,22 @@ class Sim:
         with open(self.ca_crt) as f:
             w("ca.crt", f.read())
         w("admin-token", self.admin_token + "\n")
-        w("backend-token", self.backend_token + "\n")
+        self.project_token()
+        self.url = url
+        self.write_kubeconfigs()
+        w("ready", url + "\n")
+
+    def write_kubeconfigs(self):
+        sd = self.state_dir
+        url = self.url
+
+        def w(name, text, mode=0o644):
+            p = os.path.join(sd, name)
+            tmp = p + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, p)
         for name, tok, user in (("kubeconfig", self.admin_token, "kubesim-admin"),
                                 ("backend.kubeconfig", self.backend_token, "labvm-backend")):
             w(name, f"""apiVersion: v1
@@ -290,7 +363,45 @@ contexts:
   context: {{cluster: kubesim, user: {user}, namespace: labs}}
 current-context: kubesim
 """)
-        w("ready", url + "\n")
+
+
+def atomic_project(target, files):
+    """Project files into target as the kubelet's AtomicWriter does
+    (kubernetes/kubernetes pkg/volume/util/atomic_writer.go Write): the data
+    in a new hidden timestamped directory `..YYYY_MM_DD_HH_MM_SS.<random>`,
+    user-visible `NAME -> ..data/NAME` symlinks, a `..data_tmp` symlink to
+    the new directory renamed over `..data` (the one atomic step), then the
+    previous timestamped directory removed. A reader that opens NAME sees
+    the old file or the new one, never a mix; the new one is a new inode."""
+    import tempfile
+    os.makedirs(target, exist_ok=True)
+    data = os.path.join(target, "..data")
+    try:
+        old = os.readlink(data)
+    except OSError:
+        old = None
+    ts = tempfile.mkdtemp(prefix=time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()),
+                          dir=target)
+    os.chmod(ts, 0o755)
+    for name, text in files.items():
+        p = os.path.join(ts, name)
+        with open(p, "w") as f:
+            f.write(text)
+        os.chmod(p, 0o644)
+    for name in files:
+        vis = os.path.join(target, name)
+        if not os.path.islink(vis):
+            os.symlink(os.path.join("..data", name), vis)
+    tmp = os.path.join(target, "..data_tmp")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    os.symlink(os.path.basename(ts), tmp)
+    os.rename(tmp, data)
+    if old and old != os.path.basename(ts):
+        import shutil
+        shutil.rmtree(os.path.join(target, old), ignore_errors=True)
 
 
 def load_docs(path):
@@ -325,9 +436,14 @@ class TLSServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
         super().handle_error(request, client_address)
 
 
+class TLSServer6(TLSServer):
+    address_family = socket.AF_INET6
+
+
 def serve(sim, ctx):
     Handler.sim = sim
-    srv = TLSServer((sim.args.host, sim.args.port), Handler, bind_and_activate=False)
+    cls = TLSServer6 if ":" in sim.args.host else TLSServer
+    srv = cls((sim.args.host, sim.args.port), Handler, bind_and_activate=False)
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True, do_handshake_on_connect=False)
     srv.server_bind()
     srv.server_activate()

@@ -11,6 +11,7 @@ import threading
 import time
 
 from .app import Sim, serve
+from .discovery import K8S_VERSIONS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/kubesim
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -67,8 +68,18 @@ def parse_args(argv):
                     help="events kept for watches; older resourceVersions get 410 Expired")
     ap.add_argument("--admission", action="append", default=[],
                     help="extra admission plugins: OwnerReferencesPermissionEnforcement")
+    ap.add_argument("--alpn", default="http/1.1",
+                    help="the ALPN protocols offered (kube-apiserver: h2,http/1.1; a client "
+                         "that picks h2 gets GOAWAY HTTP_1_1_REQUIRED, counted in /_sim/stats)")
+    ap.add_argument("--k8s-version", default="1.34", choices=list(K8S_VERSIONS),
+                    help="the Kubernetes minor to behave as (/version; from 1.35 a "
+                         "WebSocket pods/exec needs create as well as get)")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
+    a.alpn = [p.strip() for p in a.alpn.split(",") if p.strip()]
+    if not a.alpn or any(p not in ("h2", "http/1.1") for p in a.alpn):
+        ap.error("--alpn takes h2 and/or http/1.1")
+    a.host = a.host.strip("[]")
     if a.rbac is None and not a.no_rbac:
         d = os.path.join(REPO, "conf", "k8s", "rbac.yaml")
         a.rbac = d if os.path.exists(d) else None
@@ -159,7 +170,7 @@ def main(argv=None):
     sim.bootstrap()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(crt, key)
-    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.set_alpn_protocols(args.alpn)
     try:
         srv = serve(sim, ctx)
     except OSError as e:

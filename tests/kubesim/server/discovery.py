@@ -6,10 +6,22 @@ import hashlib
 
 from resources import GROUPS, KUBEVIRT_SUBRESOURCES, RESOURCES
 
-K8S_VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.0-kubesim",
-               "gitCommit": "0000000000000000000000000000000000000000",
-               "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
-               "goVersion": "go1.22.0", "compiler": "gc", "platform": "linux/amd64"}
+# --k8s-version: the Kubernetes minor the simulator behaves as (1.34 by
+# default, the release labvm targets); what differs between minors is listed
+# where it is modelled (pods/exec authorization: handlers.py)
+K8S_VERSIONS = ("1.34", "1.35")
+
+
+def k8s_version(v="1.34"):
+    """/version's answer (k8s.io/apimachinery pkg/version Info) for minor v."""
+    major, minor = v.split(".")
+    return {"major": major, "minor": minor, "gitVersion": f"v{major}.{minor}.0+kubesim",
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"}
+
+
+K8S_VERSION = k8s_version()
 PB_OPENAPI = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
 
@@ -20,12 +32,14 @@ class Discovery:
                                                                          "/readyz/")):
             return self.send_text(200, "ok")
         if path == "/version":
-            return self.send_json(200, K8S_VERSION)
+            return self.send_json(200, sim.version_info)
         if path == "/api":
             return self.send_json(200, {"kind": "APIVersions", "versions": ["v1"],
                                         "serverAddressByClientCIDRs": [{
                                             "clientCIDR": "0.0.0.0/0",
-                                            "serverAddress": f"{sim.args.host}:{sim.args.port}"}]})
+                                            "serverAddress": (f"[{sim.args.host}]" if ":" in sim.args.host
+                                                                  else sim.args.host) +
+                                                 f":{sim.args.port}"}]})
         if path == "/apis":
             return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1",
                                         "groups": [group_obj(g) for g in GROUPS if g]})
@@ -37,7 +51,7 @@ class Discovery:
                 return self.send_text(200, b"", PB_OPENAPI)
             return self.send_json(200, {"swagger": "2.0",
                                         "info": {"title": "Kubernetes",
-                                                 "version": K8S_VERSION["gitVersion"]},
+                                                 "version": sim.version_info["gitVersion"]},
                                         "paths": {}, "definitions": {}})
         return self.send_text(404, "404 page not found\n")
 

@@ -26,6 +26,34 @@ from .subresources import KubevirtSubresources
 from .watch import Watch
 
 
+def route_kind(route, q):
+    """What a request is, for the ALPN record: rest, watch, console (the
+    VMI's), exec (a pod's)."""
+    if route.get("verb") == "watch":
+        return "watch"
+    if route["kind"] == "kvsub" and route.get("sub") == "console":
+        return "console"
+    if route["kind"] == "podsub" and route.get("sub") == "exec":
+        return "exec"
+    return "rest"
+
+
+def kubevirt_verb(method, name):
+    """KubeVirt pkg/virt-api/rest/authorizer.go mapHttpVerbToRbacVerb (v1.9.0)."""
+    m = method.upper()
+    if m == "POST":
+        return "create"
+    if m in ("GET", "HEAD"):
+        return "get" if name else "list"
+    if m == "PUT":
+        return "update"
+    if m == "PATCH":
+        return "patch"
+    if m == "DELETE":
+        return "delete" if name else "deletecollection"
+    raise errors.method_not_allowed()
+
+
 class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, HttpIO):
     sim = None  # set by app.serve()
 
@@ -35,6 +63,8 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
         sim.requests += 1
         self.audit_id = secrets.token_hex(8)
         self.warnings = []
+        self.after_fault = None
+        self.watch_fault = None
         if hasattr(self, "_body"):
             del self._body
         try:
@@ -57,6 +87,7 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             route = self.route(method, path, q)
             if route is None:
                 return
+            self.count_alpn(route_kind(route, q))
             self.apply_faults(route)
             self.serve_route(method, route, q, user)
         except Dropped:
@@ -133,8 +164,11 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             if res is None or res.group != "kubevirt.io" or not sub or ns is None:
                 raise errors.ApiError(404, "the server could not find the requested resource",
                                       "NotFound", {})
+            # virt-api authorizes its subresources itself, from the HTTP method
+            # (KubeVirt pkg/virt-api/rest/authorizer.go mapHttpVerbToRbacVerb):
+            # the console's WebSocket GET is `get`, whatever the Kubernetes version
             return {"kind": "kvsub", "res": res, "ns": ns, "name": name, "sub": sub,
-                    "verb": "get" if method == "GET" else "update", "group": group}
+                    "verb": kubevirt_verb(method, name), "group": group}
         res = BY_GVR.get((group, version, plural))
         if res is None:
             raise errors.ApiError(404, "the server could not find the requested resource",
@@ -151,13 +185,19 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound", {})
         if sub in ("exec", "log") and res.plural == "pods":
-            # connect verbs: exec is `create` for GET (WebSocket) and POST alike
             if sub == "exec" and method not in ("GET", "POST"):
                 raise errors.method_not_allowed()
             if sub == "log" and method != "GET":
                 raise errors.method_not_allowed()
+            # the verb is the HTTP method's (k8s.io/apiserver
+            # pkg/endpoints/request/requestinfo.go: GET -> get, POST -> create):
+            # a WebSocket exec (GET) is `get pods/exec`, SPDY (POST) `create`;
+            # from 1.35 the AuthorizePodWebsocketUpgradeCreatePermission gate
+            # (beta, on) also requires `create` for the GET (kubernetes#134577)
+            also = ["create"] if sub == "exec" and method == "GET" and \
+                self.sim.version >= (1, 35) else []
             return {"kind": "podsub", "res": res, "ns": ns, "name": name, "sub": sub,
-                    "verb": "create" if sub == "exec" else "get"}
+                    "verb": "create" if method == "POST" else "get", "also": also}
         watch = q.get("watch") in ("1", "true", "True")
         if method in ("GET", "HEAD"):
             verb = "watch" if watch else ("get" if name else "list")
@@ -195,9 +235,20 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             time.sleep(rule["delay_ms"] / 1000.0)
         if rule["drop"]:
             raise Dropped()
-        if rule["code"] is not None:
-            raise errors.generic(rule["code"], rule.get("message"), res, route.get("name"),
+        if rule.get("watch"):
+            self.watch_fault = rule["watch"]     # watch.py: end at once, or an ERROR event
+            return
+        err = None
+        if rule.get("apf"):
+            err = errors.apf_rejected(rule.get("retry_after"))
+        elif rule["code"] is not None:
+            err = errors.generic(rule["code"], rule.get("message"), res, route.get("name"),
                                  rule.get("retry_after") if rule["code"] in (429, 503) else None)
+        if err is not None:
+            if rule.get("after"):
+                self.after_fault = err           # answered instead of the result
+                return
+            raise err
 
     def serve_route(self, method, route, q, user):
         sim = self.sim

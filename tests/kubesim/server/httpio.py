@@ -32,7 +32,36 @@ class HttpIO(BaseHTTPRequestHandler):
             self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
+        self.alpn = self.request.selected_alpn_protocol()
+        if self.alpn == "h2":
+            self.refuse_h2()
         super().setup()
+
+    def refuse_h2(self):
+        """The client chose h2 (offered with --alpn h2,http/1.1, as
+        kube-apiserver offers it): this server speaks HTTP/1.1 only, so it
+        answers as an HTTP/2 server that requires HTTP/1.1 would (RFC 9113
+        section 3.4 preface, then SETTINGS and GOAWAY HTTP_1_1_REQUIRED, 0xd)
+        and closes: stricter than a real API server, which would serve h2.
+        Counted in /_sim/stats "alpn"."""
+        self.sim.alpn_count("h2", "refused")
+        try:
+            self.request.settimeout(2)
+            self.request.recv(24)
+            settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+            goaway = b"\x00\x00\x08\x07\x00\x00\x00\x00\x00" + b"\x00" * 4 + \
+                b"\x00\x00\x00\x0d"
+            self.request.sendall(settings + goaway)
+        except OSError:
+            pass
+        try:
+            self.request.close()
+        except OSError:
+            pass
+        raise Dropped()
+
+    def count_alpn(self, kind):
+        self.sim.alpn_count(self.alpn, kind)
 
     def version_string(self):
         return "kubesim"
@@ -100,6 +129,11 @@ class HttpIO(BaseHTTPRequestHandler):
         return self._body
 
     def send_json(self, code, obj, headers=None, raw=None):
+        after = getattr(self, "after_fault", None)
+        if after is not None and code < 400:
+            # a fault with "after": the request took effect; its answer is lost
+            self.after_fault = None
+            return self.send_error_status(after)
         data = raw if raw is not None else util.dumps(obj)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -122,13 +156,17 @@ class HttpIO(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
     def send_error_status(self, e):
+        if e.text is not None:
+            return self.send_text(e.code, e.text, headers=e.headers)
         self.send_json(e.code, e.status(), e.headers)
 
-    def send_text(self, code, text, ctype="text/plain; charset=utf-8"):
+    def send_text(self, code, text, ctype="text/plain; charset=utf-8", headers=None):
         data = text.encode() if isinstance(text, str) else text
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_with(data)
 
     def drain_body(self):

@@ -2,8 +2,11 @@
 WebSocket with the kubelet's channel protocols, as the API server proxies it
 from the kubelet (k8s.io/apiserver wsstream, kubelet remotecommand):
 
-- RBAC: `create` on `pods/exec`, for the WebSocket's GET too (1.30's
-  AuthorizePodWebsocketUpgradeCreatePermission) as for POST.
+- RBAC: the verb is the HTTP method's: `get` on `pods/exec` for the
+  WebSocket's GET, `create` for SPDY's POST (k8s.io/apiserver v0.34
+  requestinfo.go); with `--k8s-version 1.35` or later the GET needs `create`
+  as well (the AuthorizePodWebsocketUpgradeCreatePermission gate, beta and
+  on by default from 1.35: kubernetes/kubernetes#134577).
 - Query: `command` (repeated: the argv), `container` (may be omitted with one
   container), `stdin`, `stdout`, `stderr`, `tty` (with tty, stderr is
   dropped: the pty carries both).
@@ -81,6 +84,8 @@ class PodExec:
         ns, name, sub = route["ns"], route["name"], route["sub"]
         res = BY_PLURAL["pods"]
         sim.api.authorize(user, route["verb"], res, ns, name, sub)
+        for verb in route.get("also") or ():
+            sim.api.authorize(user, verb, res, ns, name, sub)
         q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
         if sub == "log":
             return self.pod_log(ns, name, q)

@@ -65,6 +65,21 @@ class Watch:
             chunk(b'{"type":"' + typ.encode() + b'","object":' + store.encode(obj) + b"}\n")
 
         try:
+            if self.watch_fault == "end":
+                # the watch ends at once, no event (k8s.io/apiserver v0.34
+                # pkg/endpoints/handlers/watch.go HandleHTTP: ServerShuttingDownCh,
+                # or the watcher's result channel closed)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
+            if self.watch_fault == "error":
+                # the storage's watch failed: one ERROR event, then the end
+                # (pkg/storage/etcd3/watcher.go transformErrorToEvent)
+                st = errors.internal("etcdserver: request timed out").status()
+                chunk(b'{"type":"ERROR","object":' + util.dumps(st) + b"}\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
             if expired_rv is not None:
                 st = errors.expired(f"too old resource version: {expired_rv} "
                                     f"({store.oldest_rv + 1})").status()

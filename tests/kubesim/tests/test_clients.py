@@ -38,7 +38,7 @@ def manifest(name, **kw):
 def kubectl_discovery_and_get():
     rc, out, err = k("version")
     t.eq(rc, 0, f"kubectl version: {err}")
-    t.ok("v1.30.0-kubesim" in out, "server version shown")
+    t.ok("v1.34.0+kubesim" in out, "server version shown", out)
     rc, out, err = k("get", "nodes")
     t.eq(rc, 0, f"get nodes: {err}")
     t.eq(len(out.strip().splitlines()), 5, "four nodes and a header")

@@ -172,5 +172,75 @@ def state_profile_stats_tokens():
     t.eq(sim.client(tok).get("/version").status, 200, "minted token authenticates")
 
 
+
+@t.test
+def apf_rejection_and_status_429():
+    """APF (k8s.io/apiserver priority-and-fairness.go -> tooManyRequests): 429,
+    Retry-After, the PF UID headers, a text/plain body; the Status form
+    (apimachinery NewTooManyRequests) carries details.retryAfterSeconds."""
+    fault(verb="create", resource="secrets", apf=True, retry_after=3, times=1)
+    r = B.post(SECRETS, secret("apf-1", "x"))
+    t.eq(r.status, 429, "APF: 429")
+    t.eq(r.headers.get("retry-after"), "3", "Retry-After")
+    t.ok(r.headers.get("x-kubernetes-pf-flowschema-uid") and
+         r.headers.get("x-kubernetes-pf-prioritylevel-uid"), "the flow schema and priority level")
+    t.eq((r.headers.get("content-type"), r.raw), ("text/plain; charset=utf-8",
+         b"Too many requests, please try again later.\n"), "http.Error's text, not a Status")
+    t.eq(B.get(SECRETS + "/apf-1").status, 404, "the rejected create did not happen")
+    fault(verb="list", resource="virtualmachines", code=429, retry_after=2, times=1)
+    r = B.get(VMS)
+    t.eq((r.status, r.headers.get("retry-after"), (r.json or {}).get("reason"),
+          ((r.json or {}).get("details") or {}).get("retryAfterSeconds")),
+         (429, "2", "TooManyRequests", 2), "Status form: details.retryAfterSeconds and the header")
+    t.eq(A.post("/_sim/faults", {"verb": "get", "apf": True, "code": 500}).status, 400,
+         "apf is 429 only")
+
+
+@t.test
+def after_the_request_took_effect():
+    fault(verb="create", resource="secrets", code=429, after=True, times=1)
+    r = B.post(SECRETS, secret("after-1", "x"))
+    t.eq(r.status, 429, "the answer is the fault's")
+    t.eq(B.get(SECRETS + "/after-1").status, 200, "but the Secret was created")
+    t.eq(B.post(SECRETS, secret("after-1", "x")).status, 409, "a second create: AlreadyExists")
+    t.eq(A.post("/_sim/faults", {"verb": "watch", "code": 500, "after": True}).status, 400,
+         "no after on a watch")
+
+
+def watch_lines(path):
+    r = A.get(path)
+    return r.status, [ln for ln in r.raw.split(b"\n") if ln]
+
+
+@t.test
+def watch_ends_at_once_or_sends_error():
+    import json
+    path = "/api/v1/namespaces/labs/secrets?watch=true&timeoutSeconds=30"
+    B.post(SECRETS, secret("w-1", "x"))
+    fault(verb="watch", resource="secrets", watch="end", times=2)
+    t0 = time.monotonic()
+    st, lines = watch_lines(path)
+    t.eq((st, lines), (200, []), "end: 200 and no event, not even the existing objects")
+    st, lines = watch_lines(path)
+    t.ok(time.monotonic() - t0 < 20, "ended long before timeoutSeconds")
+    fault(verb="watch", resource="secrets", watch="error", times=1)
+    st, lines = watch_lines(path)
+    t.eq(st, 200, "error: 200")
+    ev = [json.loads(ln) for ln in lines]
+    t.eq([e["type"] for e in ev], ["ERROR"], "one ERROR event first and only")
+    t.eq((ev[0]["object"]["kind"], ev[0]["object"]["code"], ev[0]["object"]["reason"]),
+         ("Status", 500, "InternalError"), "an InternalError Status")
+    rules = A.get("/_sim/faults").json["rules"]
+    t.eq(rules, [], "both rules used up (times)")
+    r = fault(verb="watch", resource="secrets", watch="end")
+    for _ in range(3):
+        watch_lines(path)
+    hits = [x["hits"] for x in A.get("/_sim/faults").json["rules"] if x["id"] == r["id"]]
+    t.eq(hits, [3], "an unlimited rule counts the watches it ended (hits)")
+    A.delete("/_sim/faults")
+    t.eq(A.post("/_sim/faults", {"verb": "list", "watch": "end"}).status, 400,
+         "watch faults need verb watch")
+
+
 sim.stop()
 t.done()

@@ -366,7 +366,7 @@ def exec_exit_codes_stderr_and_protocol_choice():
     t.eq((r.status, r.json.get("message")), (400, "container nope is not valid for pod p-main"))
     alice = sim.client(sim.token("alice"))
     r = alice.get(f"{PODS}/p-main/exec?command=true&stdout=true")
-    t.eq((r.status, r.json.get("reason")), (403, "Forbidden"), "exec needs pods/exec create")
+    t.eq((r.status, r.json.get("reason")), (403, "Forbidden"), "exec needs pods/exec get (the GET)")
 
 
 @t.test

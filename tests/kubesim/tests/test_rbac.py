@@ -147,10 +147,11 @@ def what_labvm_does_is_allowed():
     t.eq(B.get(RES["pods"][1] + "?labelSelector=labvm.io%2Flab-session%3Dtrue%2C%21kubevirt.io")
          .status, 200, "count lab Pods")
     t.eq(B.get(RES["pods"][1] + "/rb-pflow").status, 200, "get the Pod (readiness)")
-    # pods/exec create: past authorization (400: the probe asks for no stream)
+    # pods/exec: past authorization (400: the probe asks for no stream); the
+    # WebSocket's GET is authorized as get (1.34), SPDY's POST as create
     t.eq(B.post(RES["pods"][1] + "/rb-pflow/exec?command=true").status, 400, "exec allowed")
     t.eq(B.get(RES["pods"][1] + "/rb-pflow/exec?command=true").status, 400,
-         "exec by GET (the WebSocket's) allowed by create")
+         "exec by GET (the WebSocket's, authorized as get) allowed")
     t.eq(B.get(RES["pods"][1] + "/rb-pflow/log").status, 403, "pods/log is not granted")
     t.eq(B.delete(RES["pods"][1] + "/rb-pflow").status, 200, "delete Pod")
 
@@ -196,6 +197,78 @@ def roles_are_live_objects():
                           "apiGroup": "rbac.authorization.k8s.io"}]})
     t.eq(alice.get(f"/api/v1/namespaces/{NS}/pods").status, 200, "after")
     t.eq(alice.get(f"/api/v1/namespaces/{NS}/pods/x").status, 403, "get is still denied")
+
+
+def bind_verbs(admin, who, resource, group, verbs):
+    """A Role granting verbs on resource (in group) and its RoleBinding to user who."""
+    admin.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles",
+               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": who},
+                "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs}]})
+    admin.post(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings",
+               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": who},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": who},
+                "subjects": [{"kind": "User", "name": who,
+                              "apiGroup": "rbac.authorization.k8s.io"}]})
+
+
+VERB_SETS = {"get": ["get"], "create": ["create"], "both": ["get", "create"]}
+
+
+def exec_matrix(s):
+    """{(verbs, method): status} for pods/exec on the running pod rb-pod, and
+    {verbs: status} for the VMI console (GET), on simulator s."""
+    a = s.admin
+    a.post(f"/api/v1/namespaces/{NS}/pods", {"metadata": {"name": "rb-pod"}, "spec": {
+        "containers": [{"name": "c", "image": "debian:12", "command": ["sleep", "infinity"]}]}})
+    a.post(VMS, vm("rb-vm", run_strategy="Always"))
+    out, console = {}, {}
+    for k, verbs in VERB_SETS.items():
+        bind_verbs(a, f"exec-{k}", "pods/exec", "", verbs)
+        bind_verbs(a, f"console-{k}", "virtualmachineinstances/console",
+                   "subresources.kubevirt.io", verbs)
+        c = s.client(s.token(f"exec-{k}"))
+        path = f"/api/v1/namespaces/{NS}/pods/rb-pod/exec?command=true"
+        out[(k, "GET")] = c.get(path).status
+        out[(k, "POST")] = c.post(path).status
+        c = s.client(s.token(f"console-{k}"))
+        console[k] = c.get(f"/apis/subresources.kubevirt.io/v1/namespaces/{NS}/"
+                           "virtualmachineinstances/rb-vm/console").status
+    return out, console
+
+
+@t.test
+def pods_exec_verbs_by_kubernetes_version():
+    """1.34 (the default): the WebSocket exec (GET) is `get pods/exec`, SPDY's
+    POST `create` (requestinfo.go); 1.35+ (AuthorizePodWebsocketUpgradeCreatePermission,
+    beta, on): the GET needs `get` and `create`. The VMI console is virt-api's
+    own: GET is `get` on both (KubeVirt authorizer.go)."""
+    t.eq(A.get("/version").json.get("gitVersion"), "v1.34.0+kubesim", "/version: 1.34")
+    ex, con = exec_matrix(sim)
+    # 400: past authorization (no stream requested); 403: refused
+    t.eq(ex, {("get", "GET"): 400, ("get", "POST"): 403, ("create", "GET"): 403,
+              ("create", "POST"): 400, ("both", "GET"): 400, ("both", "POST"): 400},
+         "1.34: GET needs get, POST needs create")
+    t.eq({k: v != 403 for k, v in con.items()}, {"get": True, "create": False, "both": True},
+         "1.34: the console GET needs get", con)
+    with Sim("--k8s-version", "1.35", guest="none") as s35:
+        t.eq(s35.admin.get("/version").json.get("minor"), "35", "/version: 1.35")
+        ex, con = exec_matrix(s35)
+        t.eq(ex, {("get", "GET"): 403, ("get", "POST"): 403, ("create", "GET"): 403,
+                  ("create", "POST"): 400, ("both", "GET"): 400, ("both", "POST"): 400},
+             "1.35: GET needs get and create, POST create")
+        t.eq({k: v != 403 for k, v in con.items()}, {"get": True, "create": False, "both": True},
+             "1.35: the console GET still needs get only", con)
+        r = s35.client(s35.token("exec-get")).get(
+            f"/api/v1/namespaces/{NS}/pods/rb-pod/exec?command=true")
+        t.eq(r.json.get("message"), 'pods "rb-pod" is forbidden: User "exec-get" cannot create '
+             'resource "pods/exec" in API group "" in the namespace "labs"',
+             "1.35: the refusal names create")
+        # the shipped Role (get and create on pods/exec) works on both
+        r = s35.backend.get(f"/api/v1/namespaces/{NS}/pods/rb-pod/exec?command=true")
+        t.eq(r.status, 400, "1.35: rbac.yaml's backend may exec by GET", r.json)
 
 
 @t.test
