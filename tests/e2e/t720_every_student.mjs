@@ -95,7 +95,7 @@ async function delivery(browser, fe, sc) {
       const paths = got.map((r) => new URL(r.url()).pathname);
       assert(!paths.some((p) => p.startsWith('/vendor/')), 'nothing from /vendor/ before a lab starts', paths);
       assert(await page.evaluate(() => typeof window.Terminal === 'undefined'), 'xterm.js is not loaded');
-      for (const p of ['/', '/app.js', '/app.css', '/i18n.js']) {
+      for (const p of ['/', '/app.js', '/app.css', '/i18n.js', '/text.js', '/api.js']) {
         const r = got.find((x) => new URL(x.url()).pathname === p);
         assert(r, `${p} was loaded`);
         const h = await r.allHeaders();
