@@ -158,21 +158,30 @@
   async function open(o) {
     close();
     cur = o;
+    const lang = L.lang;
+    const l = L.state.lessons.find((x) => x.id === o.lesson);
+    if (l && l.guide === false) return;   // the lesson list says it has none: not even asked
     let a = null;
     try {
-      a = await load(o, L.lang);
+      a = await load(o, lang);
     } catch (e) {
       a = null;                   // no guide, as for a lesson without one: the lab works
     }
     if (cur !== o || !a) return;
     const pane = $('guide-pane');
-    g = create(pane, o, L.lang, a);
-    shownLang = L.lang;
+    try {
+      g = create(pane, o, lang, a);
+    } catch (e) {
+      pane.replaceChildren();     // the renderer did not load: the lab works without
+      return;
+    }
+    shownLang = lang;
     shownResults = undefined;
     setResults(L.state.grade);
     scrollable(pane);
     place();
     if (typeof o.onLayout === 'function') o.onLayout();
+    if (L.lang !== lang) relang();    // the language changed meanwhile
   }
 
   /* The page's language changed: the guide in the other language, at the same place. */
@@ -189,16 +198,22 @@
     if (cur !== o || !g || !a || L.lang !== lang) return;
     const pane = $('guide-pane');
     const at = pane.scrollHeight > pane.clientHeight ? pane.scrollTop / (pane.scrollHeight - pane.clientHeight) : 0;
-    const hadFocus = pane.contains(document.activeElement);
     g.destroy();
-    g = create(pane, o, lang, a);
+    g = null;
+    try {
+      g = create(pane, o, lang, a);
+    } catch (e) {
+      pane.replaceChildren();
+      close();
+      if (typeof o.onLayout === 'function') o.onLayout();
+      return;
+    }
     shownLang = lang;
     const res = shownResults;
     shownResults = undefined;
     setResults(res);
     scrollable(pane);
     pane.scrollTop = at * (pane.scrollHeight - pane.clientHeight);
-    if (hadFocus) pane.focus({ preventScroll: true });
   }
 
   function close() {
@@ -249,7 +264,12 @@
     failedGuide = null;
     host.hidden = !a;
     if (!a) return;
-    failedGuide = create(host, { lesson: s.lesson, machines: [] }, L.lang, a);
+    try {
+      failedGuide = create(host, { lesson: s.lesson, machines: [] }, L.lang, a);
+    } catch (e) {
+      host.replaceChildren();
+      host.hidden = true;
+    }
   }
 
   L.onTexts(() => {
