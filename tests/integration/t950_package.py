@@ -292,7 +292,7 @@ def apache_up():
         f.write(site)
     mods = ["mpm_event", "authz_core", "authz_user", "authn_core", "authn_file", "auth_basic", "headers",
             "mime", "dir", "proxy", "proxy_fcgi", "proxy_wstunnel", "log_config", "filter", "deflate",
-            "brotli"]
+            "brotli", "alias"]   # the a2enmod list of conf/apache/labvm.conf (alias: /guides/)
     main = [f'ServerRoot "{run}"', f'DefaultRuntimeDir "{run}"', f'PidFile "{run}/apache.pid"',
             f'ErrorLog "{STATE}/apache-error.log"', f"Listen 127.0.0.1:{PORTS['apache']}",
             "ServerName 127.0.0.1", "User www-data", "Group www-data", "TypesConfig /etc/mime.types"]
