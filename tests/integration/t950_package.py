@@ -158,6 +158,11 @@ def build():
                  "./etc/lighttpd/conf-available/50-labvm.conf", "./etc/apache2/sites-available/labvm.conf",
                  "./lib/systemd/system/labvm-fcgi.service", "./lib/systemd/system/labvm-console.service"):
         t.ok(path in listing, f"the package has {path}")
+    # every file of the page (the student page is several scripts), and the guide's renderer
+    page = sorted(f for f in os.listdir(os.path.join(SRC, "web")) if re.search(r"\.(html|js|css)$", f))
+    missing = [f for f in page if f"./usr/share/labvm/web/{f} " not in listing.replace("\n", " \n")]
+    t.ok(page and not missing, f"the package has the page's {len(page)} files", missing)
+    t.ok("./usr/share/labvm/web/vendor/markdown-it.umd.min.js" in listing, "the package has markdown-it (the guide)")
     t.ok("./etc/labvm/ticket.key" not in listing, "no ticket key in the package (postinst makes one)")
 
 
@@ -287,7 +292,7 @@ def apache_up():
         f.write(site)
     mods = ["mpm_event", "authz_core", "authz_user", "authn_core", "authn_file", "auth_basic", "headers",
             "mime", "dir", "proxy", "proxy_fcgi", "proxy_wstunnel", "log_config", "filter", "deflate",
-            "brotli"]
+            "brotli", "alias"]   # the a2enmod list of conf/apache/labvm.conf (alias: /guides/)
     main = [f'ServerRoot "{run}"', f'DefaultRuntimeDir "{run}"', f'PidFile "{run}/apache.pid"',
             f'ErrorLog "{STATE}/apache-error.log"', f"Listen 127.0.0.1:{PORTS['apache']}",
             "ServerName 127.0.0.1", "User www-data", "Group www-data", "TypesConfig /etc/mime.types"]
@@ -328,7 +333,8 @@ def serve():
         t.eq(r.status, 200, f"{fe}: /api/healthz through the installed configuration", r.body[:300])
         r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", "/")
         t.ok(r.status == 200 and "app.js" in r.body, f"{fe}: the installed page", r.status)
-        for path in ("/vendor/manifest.json", "/vendor/xterm.js", "/operator.html"):
+        for path in ("/vendor/manifest.json", "/vendor/xterm.js", "/operator.html", "/text.js", "/lab.js",
+                     "/guidepane.js", "/guide.js", "/guide.css", "/i18n.js"):
             r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", path)
             t.eq(r.status, 200, f"{fe}: GET {path}")
     facts["serving"] = True
