@@ -80,7 +80,7 @@ def parse_args(argv):
     else:
         a.accel = None
         defaults = {"nodes": 4, "node_memory": "32Gi", "node_cpus": 16, "max_guests": 0}
-        a.launcher_overhead = 200 * 2**20
+        a.launcher_overhead = None      # KubeVirt's own estimate per VMI
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -113,7 +113,8 @@ def prepare_qemu(args):
     args.guest_image_dir = d
     print(f"kubesim: guest image ready after {time.monotonic() - t0:.1f} s; QEMU guests use "
           f"{args.accel.upper()}, at most {args.max_guests or 'any number of'} at once per node, "
-          f"{args.launcher_overhead >> 20} MiB host overhead each", file=sys.stderr, flush=True)
+          f"{(args.launcher_overhead or 0) >> 20} MiB host overhead each", file=sys.stderr,
+          flush=True)
 
 
 def main(argv=None):
