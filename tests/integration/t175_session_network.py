@@ -164,13 +164,16 @@ def leaked_bridges():
         t.eq(others, [], f"{u}'s bridge is on no other node")
     with open(os.path.join(env("LABVM_SRC"), "conf", "node", "lvn-bridge-gc.sh")) as f:
         script = f.read()
-    for node in sorted(set(placed.values())):
+    for node in sorted(br):      # every node that ever had a session network
         r = kube.request("POST", f"/_sim/nodes/{node}/exec",
                          {"cmd": "LVN_GC_GRACE=1 sh -c '" + script.replace("'", "'\\''") + "'"})
         t.eq((r.status, r.json.get("exit_code")), (200, 0), f"the clean-up ran on {node}",
              r.json)
-    left = {n: [b for b in brs if b.startswith("lvn")] for n, brs in node_bridges().items()}
-    t.eq({n: b for n, b in left.items() if b}, {}, "no lvn bridge left on any node")
-
+    after = node_bridges()
+    for u in ("student361", "student362"):
+        t.ok(lvn(labs[u][1]["id"]) not in after.get(placed[u], {}), f"{u}'s bridge is gone")
+    left = {n: [b for b, ports in brs.items() if b.startswith("lvn") and not ports]
+            for n, brs in after.items()}
+    t.eq({n: b for n, b in left.items() if b}, {}, "no unused lvn bridge left on any node")
 
 t.done()
