@@ -94,7 +94,7 @@ class Stack:
     def __init__(self, state, port_base=18000, demo=False, profile="fast", guest="process",
                  frontend="both", environment=None, capacity=8, time_scale=None,
                  bindir=None, reaper_every=0, extra_lessons=True, guest_net=None,
-                 backend=None):
+                 backend=None, kube_args=()):
         self.state = os.path.abspath(state)
         self.backend = backend or os.environ.get("LABVM_BACKEND") or "host"
         if self.backend not in ("host", "pod"):
@@ -112,6 +112,7 @@ class Stack:
         self.reaper_every = reaper_every
         self.extra_lessons = extra_lessons
         self.guest_net = guest_net
+        self.kube_args = list(kube_args)     # more simulator options (a suite's own node sizes)
         self.logs = os.path.join(self.state, "logs")
         self.pids = os.path.join(self.state, "pids")
         self.conf = os.path.join(self.state, "labvm.conf")
@@ -296,6 +297,7 @@ class Stack:
             argv += ["--time-scale", str(self.time_scale)]
         if self.guest_net:
             argv += ["--guest-net", self.guest_net]
+        argv += self.kube_args
         # labvm reaches the guests as the Pod of its shipped Deployment (its
         # labels: what networkpolicy.yaml admits); BACKEND=pod also applies
         # that policy from the start (make demo BACKEND=pod)

@@ -74,8 +74,11 @@ def parse_args(argv):
         import qemu_guest
         cap = qemu_guest.node_capacity()
         a.accel = qemu_guest.accelerator()
+        # under TCG a guest is one to two busy host threads: the node takes two
+        # guests per host CPU (four on 2 cores: the kubeadm-cluster lesson's
+        # three machines boot together, slower), memory permitting
         defaults = {"nodes": 1, "node_memory": f"{cap['memory_mib']}Mi", "node_cpus": cap["cpus"],
-                    "max_guests": cap["cpus"] if a.accel == "tcg" else 0}
+                    "max_guests": 2 * cap["cpus"] if a.accel == "tcg" else 0}
         a.launcher_overhead = qemu_guest.host_overhead_mib(accel=a.accel) * 2**20
     else:
         a.accel = None
