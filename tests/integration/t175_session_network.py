@@ -14,15 +14,21 @@ share a node, the second session starts on another one. The bridge plugin
 never deletes a bridge (containernetworking/plugins#282): ending the sessions
 leaves each session's lvn bridge on its node, without ports, and
 conf/node/lvn-bridge-gc.sh, run on each node as the README tells operators
-to, deletes exactly those."""
+to, deletes exactly those.
+
+With `session_network = ovn-layer2` (a labvm.fcgi of this test's own) the
+NAD is an OVN-Kubernetes layer2 network, which spans the nodes: no
+affinity, the machines spread, and still reach each other by name."""
 import asyncio
 import base64
+import json
 import os
 import re
 import time
 
 import websockets
 
+from fcgiclient import LabFcgi
 from labtest import Api, Kube, env, reset_world
 from tap import T
 
@@ -175,5 +181,37 @@ def leaked_bridges():
     left = {n: [b for b, ports in brs.items() if b.startswith("lvn") and not ports]
             for n, brs in after.items()}
     t.eq({n: b for n, b in left.items() if b}, {}, "no unused lvn bridge left on any node")
+
+@t.test(name="session_network = ovn-layer2: an OVN layer2 NAD, no affinity, spread, reachable")
+def ovn_layer2():
+    reset_world(kube)
+    user = "student363"
+    with LabFcgi({"session_network": "ovn-layer2"}) as f:
+        r = f.request("POST", "/api/sessions", user, {"lesson": "test-multi"})
+    t.require(r.status == 201, f"started through an ovn-layer2 labvm.fcgi: {r}")
+    sid = r.json["id"]
+    api = Api(user)
+    try:
+        nad = kube.list("network-attachment-definitions", f"labvm.io/session-id={sid}")[0]
+        conf = json.loads(nad["spec"]["config"])
+        t.eq((conf["type"], conf["topology"], conf["netAttachDefName"], conf["name"]),
+             ("ovn-k8s-cni-overlay", "layer2", f"labs/{nad['metadata']['name']}",
+              nad["metadata"]["name"]), "an OVN-Kubernetes layer2 NAD naming itself")
+        vms = kube.list("virtualmachines", f"labvm.io/session-id={sid}")
+        t.eq([v["spec"]["template"]["spec"].get("affinity") for v in vms], [None] * 3,
+             "no pod affinity")
+        s = api.wait_state(sid, "ready", 60)
+        t.require(s["state"] == "ready", f"ready: {s.get('error')}")
+        where = nodes_of(s)
+        t.ok(len(set(where.values())) > 1, "the machines spread over the nodes", where)
+        for v in s["vms"][1:]:
+            kube.guest_exec(v["name"], SERVER.format(port=6443, name=v["machine"]))
+        time.sleep(0.5)
+        cp = next(v["name"] for v in s["vms"] if v["machine"] == "cp")
+        out = [kube.guest_exec(cp, probe(m, 6443, "P"))["stdout"].strip() for m in ("worker1", "worker2")]
+        t.eq(out, ["P=worker1:6443", "P=worker2:6443"], "cp reaches both workers by name")
+    finally:
+        api.end(sid)
+
 
 t.done()
