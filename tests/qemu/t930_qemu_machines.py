@@ -4,7 +4,7 @@
 machine's --guest qemu node: the shipped kubeadm-cluster lesson (cp 2 GiB /
 2 vCPU, worker1 and worker2 1 GiB / 1 vCPU) is admitted and its three VMs are
 placed and started on the node; a small two-machine lesson (test-qemu-pair,
-512 MiB / 1 vCPU each: two TCG guests boot in about a minute on two quiet
+1 GiB / 1 vCPU each: two TCG guests boot in about a minute on two quiet
 cores) runs to ready and its machines reach each other by name.
 
 Starts its own stack (tests/lib/qemustack.py; state in .check-qemu-machines
