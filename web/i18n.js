@@ -43,7 +43,7 @@ window.LABVM_TEXTS = {
     'queue.leave': 'Leave the line',
     'queue.lapsed': 'Your place in line lapsed because this page did not check in for a while. Start again to join the line anew.',
     'queue.left': 'You left the line.',
-    'error.never_fits': 'This lesson needs more lab machines than this lab has: it cannot be started here.',
+    'error.never_fits': 'This lesson is larger than this lab can ever hold: it cannot be started here.',
 
     'exists.note': 'You already have a lab open (perhaps in another tab or window): here it is.',
     'pool.note': 'Ready instantly (prepared machine).',
@@ -177,7 +177,7 @@ window.LABVM_TEXTS = {
     'queue.leave': '順番待ちをやめる',
     'queue.lapsed': 'このページからの確認がしばらくなかったため、順番待ちの場所は失効しました。もう一度開始すると、列の最後に並び直せます。',
     'queue.left': '順番待ちをやめました。',
-    'error.never_fits': 'このレッスンはこの環境の演習マシンの台数を超えるため、開始できません。',
+    'error.never_fits': 'このレッスンはこの環境で動かせる大きさを超えているため、開始できません。',
 
     'exists.note': 'すでに演習が開いています (別のタブやウィンドウかもしれません)。ここに表示します。',
     'pool.note': 'すぐに準備できました (用意済みのマシン)。',

@@ -164,12 +164,11 @@ def named_failures():
     t.ok(re.match(r"^booting: the image could not be pulled \((ErrImagePull|ImagePullBackOff)",
                   s["error"]), s["error"])
 
-    s = api.start("test-pod-huge").json
-    time.sleep(3.5)
-    s = api.wait_state(s["id"], ("failed", "ready"), 30)
-    t.ok(s["error"].startswith("scheduling: the Pod was not scheduled within 3 s "
-                               "(Unschedulable"), s["error"])
-    t.ok("Insufficient memory" in s["error"], "the scheduler's reason", s["error"])
+    # a Pod no node can ever hold: refused at the press (nodefit.h), named
+    r = api.start("test-pod-huge")
+    t.eq((r.status, r.json.get("error")), (409, "never_fits"), "refused at once", r.json)
+    t.ok("its Pod needs 512.0 GiB of memory; the largest node" in r.json.get("message", ""),
+         "names the need and the node", r.json)
 
 
 @t.test(name="a Pod's setup failing with multi-byte output across the 1023-byte cut: failed, "

@@ -7,7 +7,7 @@ import tempfile
 import time
 import uuid
 
-from labtest import PREFIX, Api, Db, Kube, env, reset_world, vm_of, wait_until
+from labtest import PREFIX, Api, Db, Kube, cordon, env, reset_world, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -88,12 +88,16 @@ def expired():
 @t.test(name="a stuck start fails at its deadline without any browser polling")
 def stuck():
     api = Api("student302")
-    s = api.start("test-unschedulable").json
-    rc, out = reap()
-    t.eq(db.one("SELECT state FROM sessions WHERE id = %s", s["id"]), ("starting",),
-         "not before the deadline")
-    time.sleep(3.5)
-    rc, out = reap()
+    cordon(kube)        # nothing can be placed: the start waits in scheduling
+    try:
+        s = api.start("test-unschedulable").json
+        rc, out = reap()
+        t.eq(db.one("SELECT state FROM sessions WHERE id = %s", s["id"]), ("starting",),
+             "not before the deadline")
+        time.sleep(3.5)
+        rc, out = reap()
+    finally:
+        cordon(kube, False)
     t.eq(rc, 0, "exit status", out)
     t.eq(summary(out, "failed_stuck"), 1, "summary counts it", out)
     row = db.one("SELECT state, error FROM sessions WHERE id = %s", s["id"])

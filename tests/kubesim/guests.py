@@ -173,7 +173,7 @@ class ProcessGuest:
                  session_nets=(), sessnets=None):
         self.name = name
         self.net = net            # podnet.PodNetwork: the guest gets its own network namespace
-        # Multus secondary networks (sessnet.py): eth1, ... on a bridge per NAD
+        # Multus secondary networks (sessnet.py): eth1, ... on their node's bridge
         self.session_nets = list(session_nets) if net and sessnets else []
         self.sessnets = sessnets
         self.workdir = workdir
@@ -250,7 +250,7 @@ exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
                     raise GuestError("no init process")
                 self.net.attach(pid, self.ip, self)
                 for s in self.session_nets:
-                    self.sessnets.attach(pid, s["key"], s["bridge"], s["ifname"], s["mac"],
+                    self.sessnets.attach(pid, s["domain"], s["bridge"], s["ifname"], s["mac"],
                                          s["addresses"], self)
             except Exception as e:  # noqa: BLE001
                 self.stop()

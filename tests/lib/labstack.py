@@ -303,11 +303,11 @@ class Stack:
             # labvm's clients must pick http/1.1 (the simulator refuses h2 and
             # counts it); the demo keeps http/1.1 alone for kubectl's sake
             argv += ["--alpn", "h2,http/1.1"]
-        argv += self.kube_args
         if self.time_scale:
             argv += ["--time-scale", str(self.time_scale)]
         if self.guest_net:
             argv += ["--guest-net", self.guest_net]
+        argv += self.kube_args
         # labvm reaches the guests as the Pod of its shipped Deployment (its
         # labels: what networkpolicy.yaml admits); BACKEND=pod also applies
         # that policy from the start (make demo BACKEND=pod)

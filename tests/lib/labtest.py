@@ -16,6 +16,7 @@ def reset_world(kube=None, db=None):
     db = db or Db()
     kube.up()
     kube.clear_faults()
+    cordon(kube, False)
     envname = env("LABVM_ENVIRONMENT")
     db.query("UPDATE sessions SET state = 'ended', end_reason = 'user', ended_at = now() "
              "WHERE state IN ('starting', 'ready')")
@@ -30,6 +31,19 @@ def reset_world(kube=None, db=None):
             kube.delete(kind, o["metadata"]["name"])
     wait_until(lambda: not kube.list("virtualmachines", f"{PREFIX}/lab-session=true"),
                timeout=30, what=f"no lab VMs left (environment {envname} and others)")
+
+
+def cordon(kube, on=True):
+    """Every node of the simulator (un)schedulable, as `kubectl cordon` does:
+    what is submitted meanwhile stays Pending (node(s) were unschedulable),
+    a transient state that labvm's never-fits check rightly ignores."""
+    r = kube.request("GET", "/api/v1/nodes")
+    for n in r.json["items"] if r.status == 200 else []:
+        if bool((n.get("spec") or {}).get("unschedulable")) != on:
+            p = kube.request("PATCH", f"/api/v1/nodes/{n['metadata']['name']}",
+                             {"spec": {"unschedulable": on}}, "application/merge-patch+json")
+            if p.status != 200:
+                raise AssertionError(f"cordon {n['metadata']['name']}: {p}")
 
 
 def users(first, n):

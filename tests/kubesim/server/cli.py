@@ -102,13 +102,16 @@ def parse_args(argv):
         import qemu_guest
         cap = qemu_guest.node_capacity()
         a.accel = qemu_guest.accelerator()
+        # under TCG a guest is one to two busy host threads: the node takes two
+        # guests per host CPU (four on 2 cores: the kubeadm-cluster lesson's
+        # three machines boot together, slower), memory permitting
         defaults = {"nodes": 1, "node_memory": f"{cap['memory_mib']}Mi", "node_cpus": cap["cpus"],
-                    "max_guests": cap["cpus"] if a.accel == "tcg" else 0}
+                    "max_guests": 2 * cap["cpus"] if a.accel == "tcg" else 0}
         a.launcher_overhead = qemu_guest.host_overhead_mib(accel=a.accel) * 2**20
     else:
         a.accel = None
         defaults = {"nodes": 4, "node_memory": "32Gi", "node_cpus": 16, "max_guests": 0}
-        a.launcher_overhead = 200 * 2**20
+        a.launcher_overhead = None      # KubeVirt's own estimate per VMI
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -141,7 +144,8 @@ def prepare_qemu(args):
     args.guest_image_dir = d
     print(f"kubesim: guest image ready after {time.monotonic() - t0:.1f} s; QEMU guests use "
           f"{args.accel.upper()}, at most {args.max_guests or 'any number of'} at once per node, "
-          f"{args.launcher_overhead >> 20} MiB host overhead each", file=sys.stderr, flush=True)
+          f"{(args.launcher_overhead or 0) >> 20} MiB host overhead each", file=sys.stderr,
+          flush=True)
 
 
 def main(argv=None):

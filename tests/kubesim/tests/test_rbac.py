@@ -103,9 +103,19 @@ def forbidden_message_format():
          f'"{NS}"', "named object message")
     t.eq(r.json.get("details"), {"name": "rb-vm", "group": "kubevirt.io",
                                  "kind": "virtualmachines"}, "details")
-    r = B.get("/api/v1/nodes")
-    t.eq(r.json.get("message"), f'nodes is forbidden: User "{SA}" cannot list resource "nodes" '
-         'in API group "" at the cluster scope', "cluster-scope message")
+    r = B.get("/api/v1/namespaces")
+    t.eq(r.json.get("message"), f'namespaces is forbidden: User "{SA}" cannot list '
+         'resource "namespaces" in API group "" at the cluster scope',
+         "cluster-scope message")
+
+
+@t.test(name="the ClusterRole labvm-nodes: the backend reads the nodes, nothing more")
+def nodes_read_only():
+    t.eq(B.get("/api/v1/nodes").status, 200, "list nodes (the admission's fit check)")
+    t.eq(B.get("/api/v1/nodes/node-1").status, 200, "get a node")
+    r = B.patch("/api/v1/nodes/node-1", {"spec": {"unschedulable": True}})
+    t.eq(r.status, 403, "no cordoning", r.json)
+    t.eq(B.delete("/api/v1/nodes/node-1").status, 403, "no deleting")
 
 
 @t.test

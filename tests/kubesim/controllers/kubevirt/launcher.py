@@ -8,15 +8,15 @@ import util
 from util import dig
 
 from ..base import owner_ref
-from .common import LAUNCHER_IMAGE, LAUNCHER_OVERHEAD, mem_request
+from .common import LAUNCHER_IMAGE, launcher_overhead, mem_request
 
 
 def launcher_pod(vmi, overhead=None):
     """The pod to create (generateName virt-launcher-NAME-), owned by the VMI.
     overhead: bytes a node reserves beyond the VM's memory (None: KubeVirt's
-    200Mi)."""
+    own estimate, launcher_overhead())."""
     if overhead is None:
-        overhead = LAUNCHER_OVERHEAD
+        overhead = launcher_overhead(vmi.get("spec") or {})
     md = vmi["metadata"]
     name = md["name"]
     labels = dict(md.get("labels") or {})
