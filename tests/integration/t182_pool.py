@@ -364,10 +364,10 @@ def fillers(n, kind="virtualmachines"):
     names = []
     for _ in range(n):
         name = "lab-" + uuid.uuid4().hex
-        labels = {f"{PREFIX}/lab-session": "true", f"{PREFIX}/environment": "t180-filler"}
+        labels = {f"{PREFIX}/lab-session": "true", f"{PREFIX}/environment": "t182-filler"}
         if kind == "pods":
             obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-                   "spec": {"nodeSelector": {"t180": "nowhere"},
+                   "spec": {"nodeSelector": {"t182": "nowhere"},
                             "containers": [{"name": "lab", "image": "docker.io/library/debian:12"}]}}
         else:
             obj = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
