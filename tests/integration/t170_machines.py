@@ -19,7 +19,7 @@ import threading
 
 import websockets
 
-from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
+from labtest import PREFIX, reaper_argv, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
 from tap import T
 
 t = T()
@@ -289,7 +289,7 @@ def create_fails():
 
 def reap(*args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
-    r = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper"), *args], env=e,
+    r = subprocess.run(reaper_argv(*args), env=e,
                        capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
 

@@ -39,6 +39,16 @@ def parse_args(argv):
                          "the pod network (an address of the pod CIDR), held by the simulator; "
                          "STATE/backend-pod.json says which (pid, netns, ip) for labvm's "
                          "processes to join (tests/stack --backend pod)")
+    ap.add_argument("--netpol-deny", default="drop", choices=["drop", "reject"],
+                    help="what a NetworkPolicy denial does: drop the packet (default, as "
+                         "Calico and Cilium do: a client waits out its timeout) or reject it "
+                         "(TCP reset / ICMP port unreachable, Calico's optional Reject)")
+    ap.add_argument("--dns", default="kube-dns",
+                    help="the cluster DNS endpoints, comma-separated: kube-dns (CoreDNS Pod "
+                         "k8s-app=kube-dns in kube-system, port 53), nodelocal (NodeLocal "
+                         "DNSCache: a hostNetwork listener on 169.254.20.10:53), openshift "
+                         "(Pod dns.operator.openshift.io/daemonset-dns=default in "
+                         "openshift-dns, port 5353); none for no DNS (default kube-dns)")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -68,6 +78,13 @@ def parse_args(argv):
         ap.error("--backend-netns needs --backend-pod")
     if a.no_rbac:
         a.rbac = None
+    dns = [x.strip() for x in a.dns.split(",") if x.strip()]
+    if dns == ["none"]:
+        dns = []
+    bad = [x for x in dns if x not in ("kube-dns", "nodelocal", "openshift")]
+    if bad:
+        ap.error(f"--dns: unknown {', '.join(bad)} (kube-dns, nodelocal, openshift or none)")
+    a.dns = dns
     if a.time_scale <= 0:
         ap.error("--time-scale must be > 0")
     if a.guest == "qemu":
@@ -120,7 +137,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.state_dir, exist_ok=True)
     sd = os.path.abspath(args.state_dir)
-    for f in ("ready", "backend-pod.json"):
+    for f in ("ready", "backend-pod.json", "reaper-pod.json"):
         try:
             os.unlink(os.path.join(sd, f))
         except FileNotFoundError:
@@ -149,11 +166,11 @@ def main(argv=None):
         raise SystemExit(f"kubesim: cannot listen on {args.host}:{args.port}: {e}") from None
     sim.controllers.start()
     try:
-        sim.backend_sandbox()
+        sim.sandboxes_up()
     except Exception as e:  # noqa: BLE001
         sim.controllers.stop_all()
         sim.podnet.stop()
-        raise SystemExit(f"kubesim: the backend Pod's network: {e}") from None
+        raise SystemExit(f"kubesim: the network of the simulator's own Pods: {e}") from None
 
     def health():
         while True:
