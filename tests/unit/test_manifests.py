@@ -229,6 +229,26 @@ def cloud_configs():
 NP_CHECK = []   # the NetworkPolicy validator, for dns_variants
 
 
+@t.test(name="every pod of labvm-backend.yaml that calls agents is admitted to 8899 by its labels")
+def agent_callers_admitted():
+    import labelsel
+    k8s = os.path.join(SRC, "conf", "k8s")
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(k8s, "labvm-backend.yaml"))) if d]
+    dep = next(d for d in docs if d.get("kind") == "Deployment")
+    cj = next(d for d in docs if d.get("kind") == "CronJob")
+    callers = {"the backend Deployment's pods": dep["spec"]["template"]["metadata"]["labels"],
+               "the reaper CronJob's pods":
+               cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]}
+    vms = next(d for d in yaml.safe_load_all(open(os.path.join(k8s, "networkpolicy.yaml")))
+               if d and d["metadata"]["name"] == "labvm-lab-vms")
+    for what, labels in callers.items():
+        ok = any(p.get("port") == 8899 for r in vms["spec"]["ingress"] for p in r["ports"]
+                 if any(set(peer) == {"podSelector"} and
+                        labelsel.match_label_selector_obj(peer["podSelector"], labels)
+                        for peer in r.get("from") or []))
+        t.ok(ok, f"{what} ({labels.get('app.kubernetes.io/name')}) reach the agent", labels)
+
+
 @t.test(name="the NetworkPolicy in conf/k8s validates against networking.k8s.io/v1")
 def network_policy():
     ref = v.ref
