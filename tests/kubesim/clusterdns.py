@@ -200,6 +200,30 @@ class ClusterDNS:
                                 node, node)
                 self.info[mode] = {"ip": NODELOCAL_IP, "port": 53, "pod": f"kube-system/{name}"}
 
+    def nameserver(self):
+        """What the kubelet's --cluster-dns names here: the kube-dns pod (the
+        Service's DNAT target), else NodeLocal DNSCache's address (its IPVS-mode
+        setup), else None (guests keep the host's resolver)."""
+        for mode in ("kube-dns", "nodelocal"):
+            if mode in self.info:
+                return self.info[mode]["ip"]
+        return None
+
+    def resolv_conf(self, ns, vm=False, policy=None):
+        """A pod's /etc/resolv.conf under dnsPolicy ClusterFirst (the default),
+        as the kubelet writes it (kubernetes pkg/kubelet/network/dns/dns.go:
+        nameserver the cluster DNS, search <ns>.svc.<domain> svc.<domain>
+        <domain>, options ndots:5); a VM's guest gets the nameservers and the
+        search domains of its launcher pod's file by DHCP (kubevirt
+        pkg/network/dhcp/configurator.go startDHCP), no options. None for
+        another dnsPolicy (Default: the node's) or no cluster DNS."""
+        ip = self.nameserver()
+        if not ip or (policy not in (None, "", "ClusterFirst")):
+            return None
+        d = "cluster.local"
+        text = f"search {ns}.svc.{d} svc.{d} {d}\nnameserver {ip}\n"
+        return text if vm else text + "options ndots:5\n"
+
     def _serve_sandbox(self, name, mode, port):
         b = next(x for x in self.sim.sandboxes if x["name"] == name)
         b["serve"] = lambda pid: serve(*sockets_in(pid, port))

@@ -249,6 +249,8 @@ class VirtHandler(Controller):
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
             kw["net"] = self.sim.podnet
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             nets = self._session_nets(vmi)
             if nets:
                 kw.update(session_nets=nets, sessnets=self.sim.sessnets)
