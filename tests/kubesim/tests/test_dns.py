@@ -109,6 +109,18 @@ def the_endpoints_are_pods_of_their_namespaces():
 
 
 @t.test
+def a_guest_resolves_through_the_cluster_dns():
+    # the kubelet's ClusterFirst resolv.conf (by DHCP inside a VM): the kube-dns
+    # pod, the namespace's search domains; resolved past the fence
+    conf = sim.exec("a", "cat /etc/resolv.conf")["stdout"]
+    t.ok(f"nameserver {DNS['kube-dns']['ip']}" in conf, "nameserver: the kube-dns pod", conf)
+    t.ok(f"search {NS}.svc.cluster.local svc.cluster.local cluster.local" in conf,
+         "search domains of the namespace", conf)
+    r = sim.exec("a", "getent ahostsv4 example.org | head -1")
+    t.ok(r["stdout"].startswith("203.0.113.10"), "a name resolves (through the fence)", r)
+
+
+@t.test
 def unfenced_every_endpoint_answers():
     # the endpoints work: without any policy each one answers
     saved = A.get(NP).json["items"]
