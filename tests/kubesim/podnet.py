@@ -25,11 +25,11 @@ address (IP and ARP; nothing else, no IPv6), so a root student who changes
 the guest's address or routes gets nowhere; `inet ksim_pol` is the
 NetworkPolicy verdict (controllers/netpol.py writes its chains).
 
-What a policy denies is dropped (`deny="drop"`, the default), as Calico
-(Felix's iptablesFilterDenyAction, default DROP) and Cilium ("Policy
-denied" drops) do: a client waits out its own timeout. `deny="reject"` (TCP
-reset, else ICMP port unreachable; Calico's optional Reject) makes a denied
-client fail at once. The simulator's own guards are not policy and stay
+What a policy denies is dropped, as Calico (Felix's
+iptablesFilterDenyAction, default DROP) and Cilium ("Policy denied" drops)
+do: a client waits out its own timeout. (Calico can be set to Reject; no
+suite needs a denied client to fail fast, so the simulator has no such
+mode.) The simulator's own guards are not policy and stay
 rejects: pods never reach the host (.254) or the cluster namespace itself,
 and an address no pod holds yet is unreachable at once. Policy comes first:
 a connection the source's egress policy denies is dropped before any guard.
@@ -89,10 +89,7 @@ def in_ns(pid, script, check=True):
 
 
 class PodNetwork:
-    def __init__(self, port, cidr=None, log=print, deny="drop"):
-        if deny not in ("drop", "reject"):
-            raise NetError(f"deny must be drop or reject, not {deny!r}")
-        self.deny = deny           # what a NetworkPolicy denial does
+    def __init__(self, port, cidr=None, log=print):
         self.port = port
         self.net = ipaddress.ip_network(cidr or pod_cidr_for_port(port))
         if self.net.prefixlen > 24:
@@ -356,12 +353,7 @@ table inet ksim_pol {{
 }}
 """
 
-    def deny_rules(self):
-        """The end of a pod's policy chain: what none of its rules allowed."""
-        if self.deny == "reject":
-            return ("    meta l4proto tcp reject with tcp reset\n"
-                    "    reject with icmpx type port-unreachable\n")
-        return "    drop\n"
+    DENY = "    drop\n"   # the end of a pod's policy chain: what none of its rules allowed
 
     def _apply_locked(self):
         if not self.cluster or self.cluster.poll() is not None:

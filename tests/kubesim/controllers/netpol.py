@@ -22,10 +22,8 @@ Semantics, as the Kubernetes documentation defines them:
 
 Choices where Kubernetes leaves them to the implementation: a denied
 packet is dropped, as Calico (iptablesFilterDenyAction, default DROP) and
-Cilium ("Policy denied" drops) do, so a client waits out its own timeout;
-`--netpol-deny reject` answers a TCP reset (else ICMP port unreachable)
-instead, as Calico's optional Reject does (podnet.PodNetwork.deny_rules);
-connections established before a policy started to deny them go on
+Cilium ("Policy denied" drops) do, so a client waits out its own timeout
+(podnet.PodNetwork.DENY); connections established before a policy started to deny them go on
 (conntrack), new ones are denied; a named port in an egress rule matches
 nothing (stricter than the CNIs, which resolve it on the destination pod)."""
 import ipaddress
@@ -115,7 +113,7 @@ class NetworkPolicyController(Controller):
                         self._rules(spec.get("egress") or [], "to", "daddr", ns, pods,
                                     nslabels, None))
         out = []
-        deny = self.podnet.deny_rules()
+        deny = self.podnet.DENY
         for kind, table, match in (("eg", egress, "saddr"), ("in", ingress, "daddr")):
             top = "egress" if kind == "eg" else "ingress"
             out.append(f"  chain {top} {{")

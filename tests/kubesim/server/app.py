@@ -49,8 +49,7 @@ class Sim:
         self.guest_class = driver_class(args.guest)
         self.guest_net = self._guest_net(args.guest_net, args.port)
         # the pod network (podnet.py): every guest has its own network namespace on it
-        self.podnet = PodNetwork(args.port, args.pod_cidr, log=self.log,
-                                 deny=getattr(args, "netpol_deny", "drop"))
+        self.podnet = PodNetwork(args.port, args.pod_cidr, log=self.log)
         self.sandboxes = []        # running_pod()s with a network namespace of their own
         self.dns = None            # clusterdns.ClusterDNS (--dns)
         # Multus session networks (sessnet.py): a bridge per NAD, veths into guests

@@ -39,10 +39,6 @@ def parse_args(argv):
                          "the pod network (an address of the pod CIDR), held by the simulator; "
                          "STATE/backend-pod.json says which (pid, netns, ip) for labvm's "
                          "processes to join (tests/stack --backend pod)")
-    ap.add_argument("--netpol-deny", default="drop", choices=["drop", "reject"],
-                    help="what a NetworkPolicy denial does: drop the packet (default, as "
-                         "Calico and Cilium do: a client waits out its timeout) or reject it "
-                         "(TCP reset / ICMP port unreachable, Calico's optional Reject)")
     ap.add_argument("--dns", default="kube-dns",
                     help="the cluster DNS endpoints, comma-separated: kube-dns (CoreDNS Pod "
                          "k8s-app=kube-dns in kube-system, port 53), nodelocal (NodeLocal "
