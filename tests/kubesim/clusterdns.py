@@ -27,9 +27,12 @@ kube-proxy iptables mode also binds the kube-dns ClusterIP on its dummy
 interface (nodelocaldns.yaml: -localip LOCAL,DNS_SERVER), where no DNAT
 happens: not modelled (no ClusterIPs).
 
-Every server answers any A question with the stand-in internet host's
-address (podnet.INTERNET_IP), other types with no answer, over UDP and over
-TCP (two-byte length prefix, RFC 1035 4.2.2). Its sockets are made by a
+Every server answers, over UDP and over TCP (two-byte length prefix, RFC
+1035 4.2.2): NXDOMAIN for a name under cluster.local (no Services are
+modelled), a single-label name and a reverse (in-addr.arpa) name, as CoreDNS
+answers names it does not have; for any other name an A question gets the
+stand-in internet host's address (podnet.INTERNET_IP), other types no
+answer (NOERROR). Its sockets are made by a
 thread that enters the endpoint's network namespace (setns), and served by
 the simulator's threads: no process per server."""
 import ctypes
@@ -92,10 +95,18 @@ def answer(query):
         return None
     qtype, qclass = struct.unpack("!HH", query[i + 1:i + 5])
     question = query[12:i + 5]
+    labels, j = [], 12
+    while query[j]:
+        labels.append(query[j + 1:j + 1 + query[j]].decode("ascii", "replace").lower())
+        j += 1 + query[j]
+    rd = flags & 0x0100
+    nx = len(labels) < 2 or labels[-2:] == ["cluster", "local"] or \
+        labels[-2:] == ["in-addr", "arpa"] or labels[-2:] == ["ip6", "arpa"]
+    if nx:
+        return struct.pack("!HHHHHH", qid, 0x8083 | rd, 1, 0, 0, 0) + question
     an = b""
     if qtype == 1 and qclass == 1:
         an = struct.pack("!HHHIH", 0xC00C, 1, 1, 30, 4) + socket.inet_aton(INTERNET_IP)
-    rd = flags & 0x0100
     return struct.pack("!HHHHHH", qid, 0x8080 | rd, 1, 1 if an else 0, 0, 0) + question + an
 
 
@@ -239,6 +250,6 @@ class ClusterDNS:
         with open(p + ".tmp", "w") as f:
             json.dump(self.info, f)
         os.replace(p + ".tmp", p)
-        if self.info:
+        if self.info and getattr(self.sim.args, "verbose", False):
             self.sim.log("cluster DNS: " + ", ".join(f"{m} {i['ip']}:{i['port']}"
                                                      for m, i in self.info.items()))

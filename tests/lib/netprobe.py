@@ -28,7 +28,7 @@ def connect(ip, port, timeout=2.0):
         s.close()
 
 
-def dns(ip, port=53, timeout=2.0, proto="udp", name="kubernetes.default.svc.cluster.local"):
+def dns(ip, port=53, timeout=2.0, proto="udp", name="example.org"):
     qname = b"".join(bytes([len(p)]) + p for p in name.encode().split(b".")) + b"\0"
     q = struct.pack("!HHHHHH", 0x4c56, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", 1, 1)
     if proto == "tcp":
@@ -60,6 +60,8 @@ def dns(ip, port=53, timeout=2.0, proto="udp", name="kubernetes.default.svc.clus
         s.close()
     if len(r) < 12 or r[:2] != q[:2] or not r[2] & 0x80:
         return "bad"
+    if r[3] & 0x0F == 3:
+        return "answer nxdomain"
     an = struct.unpack("!H", r[6:8])[0]
     if an and len(r) >= len(q) + 16:
         return "answer " + socket.inet_ntoa(r[-4:])

@@ -294,8 +294,11 @@ class Sim:
                 with open(p + ".tmp", "w") as f:
                     json.dump(info, f)
                 os.replace(p + ".tmp", p)
-            self.log(f"Pod {b['namespace']}/{b['name']}: {b['ip']} in the network "
-                     f"namespace of PID {holder.pid}")
+            if b["file"] or getattr(self.args, "verbose", False):
+                # (the cluster DNS's Pods are named in cluster-dns.json instead: a
+                # plain start prints nothing before its ready line)
+                self.log(f"Pod {b['namespace']}/{b['name']}: {b['ip']} in the network "
+                         f"namespace of PID {holder.pid}")
             if b.get("serve"):
                 b["serve"](holder.pid)
         if self.dns is not None:

@@ -256,6 +256,8 @@ class VirtHandler(Controller):
                 kw.update(session_nets=nets, sessnets=self.sim.sessnets)
         if getattr(cls, "kind", "") == "qemu":
             kw["net"] = self.sim.podnet
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
             kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
                       image_dir=getattr(self.sim.args, "guest_image_dir", None))
