@@ -48,6 +48,12 @@ def parse_args(argv):
     ap.add_argument("--registry-mirror", default=None, metavar="ADDR:PORT",
                     help="the only registry imports can reach (CDIConfig importProxy): a private "
                          "address outside the pod network (default 172.30.0.10:3128)")
+    ap.add_argument("--dns", default="kube-dns",
+                    help="the cluster DNS endpoints, comma-separated: kube-dns (CoreDNS Pod "
+                         "k8s-app=kube-dns in kube-system, port 53), nodelocal (NodeLocal "
+                         "DNSCache: a hostNetwork listener on 169.254.20.10:53), openshift "
+                         "(Pod dns.operator.openshift.io/daemonset-dns=default in "
+                         "openshift-dns, port 5353); none for no DNS (default kube-dns)")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -96,6 +102,13 @@ def parse_args(argv):
                                                                  pod_cidr_for_port(a.port)))
         except ValueError as e:
             ap.error(str(e))
+    dns = [x.strip() for x in a.dns.split(",") if x.strip()]
+    if dns == ["none"]:
+        dns = []
+    bad = [x for x in dns if x not in ("kube-dns", "nodelocal", "openshift")]
+    if bad:
+        ap.error(f"--dns: unknown {', '.join(bad)} (kube-dns, nodelocal, openshift or none)")
+    a.dns = dns
     if a.time_scale <= 0:
         ap.error("--time-scale must be > 0")
     if a.guest == "qemu":
@@ -152,7 +165,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.state_dir, exist_ok=True)
     sd = os.path.abspath(args.state_dir)
-    for f in ("ready", "backend-pod.json"):
+    for f in ("ready", "backend-pod.json", "reaper-pod.json"):
         try:
             os.unlink(os.path.join(sd, f))
         except FileNotFoundError:
@@ -181,11 +194,11 @@ def main(argv=None):
         raise SystemExit(f"kubesim: cannot listen on {args.host}:{args.port}: {e}") from None
     sim.controllers.start()
     try:
-        sim.backend_sandbox()
+        sim.sandboxes_up()
     except Exception as e:  # noqa: BLE001
         sim.controllers.stop_all()
         sim.podnet.stop()
-        raise SystemExit(f"kubesim: the backend Pod's network: {e}") from None
+        raise SystemExit(f"kubesim: the network of the simulator's own Pods: {e}") from None
     try:
         sim.cdi_net.start()
     except Exception as e:  # noqa: BLE001
