@@ -32,6 +32,11 @@ class ApiServer:
     def authorize(self, user, verb, res, ns, name=None, sub=None):
         a = {"verb": verb, "group": res.group, "resource": res.plural, "subresource": sub,
              "namespace": ns if res.namespaced else "", "name": name}
+        if res.plural == "namespaces" and name:
+            # /api/v1/namespaces/NAME is in namespace NAME for authorization
+            # (k8s.io/apiserver pkg/endpoints/request/requestinfo.go:194-196):
+            # a Role in NAME may grant get on it
+            a["namespace"] = name
         if user.admin:
             return
         if not self.authz.allowed(user, a):
