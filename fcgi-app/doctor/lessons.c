@@ -57,6 +57,32 @@ static int check_one(const char *path, char *first, size_t flen, int *nerr, int 
 	return rc;
 }
 
+/* What the PVC that golden.c read looks like (its decision is golden.c's). */
+static void pvc_detail(struct doc *d, const char *name, char *out, size_t n)
+{
+	char *path = kube_path("persistentvolumeclaims", d->cfg.namespace_, name);
+	cJSON *pvc = NULL;
+	if (kube_get(&d->x.kube, path, &pvc) == 200) {
+		char modes[96] = "";
+		const cJSON *m;
+		cJSON_ArrayForEach(m, kj_get(pvc, "spec.accessModes"))
+		{
+			size_t len = strlen(modes);
+			if (cJSON_IsString(m))
+				snprintf(modes + len, sizeof modes - len, "%s%s", len ? ", " : "",
+				         m->valuestring);
+		}
+		const cJSON *ann = kj_get(pvc, "metadata.annotations");
+		const cJSON *img = cJSON_GetObjectItemCaseSensitive(ann, d->cfg.label.image);
+		snprintf(out, n, "%s, %s, %s %s",
+		         kj_str(pvc, "status.phase") ? kj_str(pvc, "status.phase") : "no phase",
+		         modes[0] ? modes : "no access modes", d->cfg.label.image,
+		         cJSON_IsString(img) ? img->valuestring : "not set");
+	}
+	cJSON_Delete(pvc);
+	free(path);
+}
+
 static void golden_lines(struct doc *d)
 {
 	static const struct {
@@ -111,6 +137,8 @@ static void golden_lines(struct doc *d)
 			size_t k = 0;
 			while (k + 1 < sizeof fixes / sizeof fixes[0] && fixes[k].r != r)
 				k++;
+			if (strstr(detail, ": checked"))
+				pvc_detail(d, l->golden_pvc, detail, sizeof detail);
 			doc_line(
 			    d, fixes[k].v, fixes[k].fix,
 			    "%s: golden PVC %s is not used: %s (%s); every start boots from the "

@@ -311,18 +311,20 @@ void check_nodes(struct doc *d)
 			if (!nodefit_check(&f, l, same_node, why, sizeof why)) {
 				never[i] = 1;
 				nnever++;
-				doc_line(d, DOC_FAIL,
-				         same_node && lesson_nmachines(l) > 1
-				             ? "give a node the memory for the whole session, make the "
-				               "lesson's machines smaller, or use session_network = "
-				               "ovn-layer2 (its machines may then spread over the nodes)"
-				             : "make the lesson smaller (memory) or the nodes bigger",
-				         "lesson %s: %s (labvm refuses it at the press: never_fits)", l->id,
-				         why);
+				doc_line(
+				    d, DOC_FAIL,
+				    same_node && lesson_nmachines(l) > 1
+				        ? "give a node the memory for the whole session, make the "
+				          "lesson's machines smaller, or use session_network = "
+				          "ovn-layer2 (its machines may then spread over the nodes)"
+				        : "make the lesson smaller (memory) or the nodes bigger",
+				    "lesson %s: %s (labvm refuses it at the press: never_fits)",
+				    l->id, why);
 			}
 		}
 		if (multi && !nnever)
-			doc_line(d, DOC_OK, NULL, "session_network %s: every multi-machine lesson fits (%s)",
+			doc_line(d, DOC_OK, NULL,
+			         "session_network %s: every multi-machine lesson fits (%s)",
 			         d->cfg.session_network,
 			         same_node ? "all of a session's machines on one node"
 			                   : "each machine on some node");
