@@ -152,13 +152,14 @@ static void capacity(struct doc *d, const struct node_info *ns, size_t n, const 
 		doc_gib(g, sizeof g, tight_each);
 		doc_line(
 		    d, DOC_OK, NULL,
-		    "%s %d fits every %s lesson: the tightest, %s (%s %s%s), has room for %lld",
+		    "%s %d fits every %s lesson: the tightest, %s (%s %s), has room for %lld of "
+		    "its %s now",
 		    key, cap, vm ? "VM" : "Pod", tight->id, g,
 		    vm ? (same_node && lesson_nmachines(tight) > 1
 		              ? "a session on one node"
 		              : "a VM with KubeVirt's overhead")
 		       : "a Pod",
-		    "", tight_room);
+		    tight_room, what);
 	}
 }
 

@@ -186,7 +186,7 @@ class ApiServer:
                                    "Forbidden: field is immutable when `immutable` is set"))
         elif res.plural == "networkpolicies":
             admission.validate_netpol(obj, causes)
-        elif res.plural in ("deployments", "cronjobs") or (res.plural == "pods" and creating):
+        elif res.plural in ("deployments", "cronjobs", "jobs") or (res.plural == "pods" and creating):
             admission.validate_workload(res, obj, causes)
         elif res.plural == "persistentvolumeclaims":
             admission.validate_pvc(obj, causes)

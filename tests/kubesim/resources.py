@@ -80,6 +80,7 @@ RESOURCES = [
              categories=["all"], model="V1Deployment"),
     Resource("batch", "v1", "cronjobs", "CronJob", short=["cj"], status=True,
              categories=["all"], model="V1CronJob"),
+    Resource("batch", "v1", "jobs", "Job", status=True, categories=["all"], model="V1Job"),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=["netpol"],
              schema="io.k8s.api.networking.v1.NetworkPolicy"),
     Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", model="V1Role"),
