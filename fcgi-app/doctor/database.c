@@ -125,9 +125,7 @@ void check_reaper(struct doc *d)
 	                      1, p);
 	if (!r) {
 		doc_line(d, DOC_WARN, NULL,
-		         "the reaper's passes cannot be read: %s (see the database "
-		         "line below)",
-		         d->x.db.msg);
+		         "the reaper's passes cannot be read: %s (check 7, database)", d->x.db.msg);
 		return;
 	}
 	long long ok = -1, bad = -1;

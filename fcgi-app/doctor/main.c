@@ -53,6 +53,22 @@ static const struct check checks[] = {
 
 static const char *const verdict_word[] = {"ok", "warn", "FAIL"};
 
+/* A finding is one line: the server's multi-line messages (libpq's "...\n\tIs
+ * the server running...") joined with single spaces. */
+static void one_line(char *s)
+{
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		int space = *r == '\n' || *r == '\r' || *r == '\t' || *r == ' ';
+		if (space && (w == s || w[-1] == ' '))
+			continue;
+		*w++ = space ? ' ' : *r;
+	}
+	while (w > s && w[-1] == ' ')
+		w--;
+	*w = '\0';
+}
+
 void doc_line(struct doc *d, enum verdict v, const char *fix, const char *fmt, ...)
 {
 	char found[2048], fixc[1024] = "";
@@ -64,6 +80,8 @@ void doc_line(struct doc *d, enum verdict v, const char *fix, const char *fmt, .
 	char *clean = utf8_clean_dup(found, strlen(found), sizeof found - 1);
 	if (fix)
 		utf8_clean_cut(fixc, fix, sizeof fixc - 1);
+	one_line(clean);
+	one_line(fixc);
 	d->n[v]++;
 	if (d->json) {
 		cJSON *o = jx_obj();

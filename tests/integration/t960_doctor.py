@@ -201,6 +201,26 @@ def json_output():
     t.eq(r.returncode, 2, "no config: exit 2", r.stderr)
 
 
+@t.test(name="nothing answers (API server, database): FAIL lines with the fixes, each finding "
+             "one line, the other checks say they could not check")
+def nothing_answers():
+    cfg = conf("down", kube_api=f"https://127.0.0.1:{BASE + 152}", lessons_dir=DEMO,
+               database=f"postgresql://labvm:x@127.0.0.1:{BASE + 153}/labvm?connect_timeout=2")
+    rc, lines, out = doctor(cfg)
+    body = [x for x in out.splitlines() if x and not x.startswith("labvm-doctor: ")]
+    t.eq(rc, 1, "exit 1")
+    t.eq([x for x in body if not LINE.match(x)], [], "every finding is one line (libpq's "
+         "two-line message joined)", out)
+    line = one(lines, "FAIL", "credentials", r"^the API server https://127\.0\.0\.1:\d+ cannot "
+               r"be used: cluster API unreachable", "the API server")
+    t.ok(line[4] and "kube_api" in line[4], "its fix", line)
+    one(lines, "FAIL", "database", r"^cannot connect to the database: .*Connection refused Is the "
+        r"server running", "the database")
+    for c in ("permissions", "apis", "nodes"):
+        one(lines, "warn", c, r"^not checked: the API server cannot be used \(check 1\)", c)
+    one(lines, "ok", "lessons", r"lesson files pass labvm\.fcgi --check", "the lessons need neither")
+
+
 # ------------------------------------------------------------- permissions
 ROLE = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles/labvm-backend"
 CROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/labvm-nodes"
