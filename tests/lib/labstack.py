@@ -561,8 +561,17 @@ class Stack:
 
     def reaper_up(self):
         exe = os.path.join(self.bindir, "labvm-reaper")
+        # after each pass, the reaper CronJob's status (when the cluster has
+        # one: kubesim's /_sim/cronjobs/NS/NAME/ran, what the CronJob
+        # controller writes), so that labvm-doctor sees the reaper run
+        sd = self.path("kubesim")
+        ran = (f"curl -sS --http1.1 -o /dev/null --cacert {sd}/ca.crt -X POST "
+               f"-H \"Authorization: Bearer $(cat {sd}/admin-token)\" "
+               f"-d \"{{\\\"succeeded\\\": $ok}}\" "
+               f"https://{self.kube_hostport()}/_sim/cronjobs/labs/labvm-reaper/ran")
         loop = (f"while :; do sleep {int(self.reaper_every)}; "
-                f"LABVM_CONF={self.conf} {exe}; done")
+                f"if LABVM_CONF={self.conf} {exe}; then ok=true; else ok=false; fi; "
+                f"{ran} || true; done")
         self.spawn("reaper", ["/bin/sh", "-c", loop])
 
     def wait_http(self, url, timeout=20):

@@ -13,6 +13,7 @@ import time
 
 import apiserver
 import errors
+import operators
 import rbac
 import util
 from controllers import Controllers
@@ -38,6 +39,8 @@ class Sim:
         v = getattr(args, "k8s_version", None) or "1.34"
         self.version = tuple(int(x) for x in v.split("."))
         self.version_info = k8s_version(v)
+        # API groups not served (--no-api): discovery leaves them out, their paths are 404
+        self.unserved = frozenset(getattr(args, "no_api", None) or ())
         self.state_dir = os.path.abspath(args.state_dir)
         self.log_lock = threading.Lock()
         self.store = Store(history=args.watch_history)
@@ -174,6 +177,10 @@ class Sim:
                             {"metadata": {"name": "default", "namespace": ns}})
         mem = self.args.node_memory
         kvm = str(self.guest_slots) if self.guest_slots else "1k"
+        # --no-kvm: no /dev/kvm on the nodes: virt-handler's device plugin marks
+        # every kvm device Unhealthy (KubeVirt pkg/virt-handler/device-manager/
+        # generic_device.go:295-301), so the kubelet counts them in capacity only
+        kvm_free = "0" if getattr(self.args, "no_kvm", False) else kvm
         for i in range(1, self.args.nodes + 1):
             name = f"node-{i}"
             ip = f"127.{self.guest_net[1]}.255.{i}"
@@ -187,7 +194,7 @@ class Sim:
                                             "pods": "110", "devices.kubevirt.io/kvm": kvm,
                                             "ephemeral-storage": "100Gi"},
                                "allocatable": {"cpu": str(self.args.node_cpus), "memory": mem,
-                                               "pods": "110", "devices.kubevirt.io/kvm": kvm,
+                                               "pods": "110", "devices.kubevirt.io/kvm": kvm_free,
                                                "ephemeral-storage": "100Gi"},
                                "conditions": [{"type": "Ready", "status": "True",
                                                "reason": "KubeletReady",
@@ -203,6 +210,8 @@ class Sim:
                                             "kernelVersion": os.uname().release}}}
             self.api.create(admin, BY_PLURAL["nodes"], "", node, keep_status=True)
         self.cdi_net.bootstrap(admin, self.api, BY_PLURAL)
+        # the KubeVirt and CDI custom resources and KubeVirt's default role (operators.py)
+        operators.install(self, admin)
         docs = []
         if self.args.rbac:
             docs += load_docs(self.args.rbac)

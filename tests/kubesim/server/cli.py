@@ -80,12 +80,31 @@ def parse_args(argv):
     ap.add_argument("--k8s-version", default="1.34", choices=list(K8S_VERSIONS),
                     help="the Kubernetes minor to behave as (/version; from 1.35 a "
                          "WebSocket pods/exec needs create as well as get)")
+    ap.add_argument("--no-api", action="append", default=[], metavar="GROUP",
+                    help="do not serve this API group (its operator or CRDs not installed: "
+                         "cdi.kubevirt.io, k8s.cni.cncf.io, subresources.kubevirt.io, ...): "
+                         "absent from discovery, 404 on its paths; repeatable")
+    ap.add_argument("--no-kvm", action="store_true",
+                    help="nodes without /dev/kvm: devices.kubevirt.io/kvm allocatable 0 "
+                         "(capacity unchanged), so a VM schedules only with KubeVirt's "
+                         "useEmulation")
+    ap.add_argument("--kubevirt-emulation", action="store_true",
+                    help="the KubeVirt CR's spec.configuration.developerConfiguration."
+                         "useEmulation: true (launcher pods ask for no kvm device)")
+    ap.add_argument("--no-policy-enforcement", action="store_true",
+                    help="a CNI without NetworkPolicy support: policies are stored and served, "
+                         "nothing enforces them")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     a.alpn = [p.strip() for p in a.alpn.split(",") if p.strip()]
     if not a.alpn or any(p not in ("h2", "http/1.1") for p in a.alpn):
         ap.error("--alpn takes h2 and/or http/1.1")
     a.host = a.host.strip("[]")
+    from resources import GROUPS
+    for g in a.no_api:
+        if g not in GROUPS or g == "":
+            ap.error(f"--no-api: {g!r} is not an API group the simulator serves "
+                     f"({', '.join(sorted(x for x in GROUPS if x))})")
     if a.rbac is None and not a.no_rbac:
         d = os.path.join(REPO, "conf", "k8s", "rbac.yaml")
         a.rbac = d if os.path.exists(d) else None
