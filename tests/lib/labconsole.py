@@ -61,16 +61,19 @@ class Console:
         return True
 
     async def until(self, pred, timeout=30):
+        """Wait until pred(self); it is checked at each message and at least
+        every 0.5 s (a predicate may watch something besides the messages:
+        pings and pongs, which are no messages, or a server's counters)."""
         end = time.monotonic() + timeout
         while not pred(self):
             left = end - time.monotonic()
             if left <= 0 or self.code is not None:
                 return False
             try:
-                if not await self._recv(left):
+                if not await self._recv(min(left, 0.5)):
                     return pred(self)
             except asyncio.TimeoutError:
-                return pred(self)
+                continue
         return True
 
     async def opened(self, timeout=30):
