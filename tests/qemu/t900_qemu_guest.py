@@ -3,7 +3,9 @@
 """Real QEMU guests for the simulator: the image and the driver, without a boot.
 
 Builds the guest image if needed (tests/kubesim/guest-image/build; once per
-CI run, the later suites find it current), then checks the driver
+CI run, the later suites find it current; tests/run starts that build in the
+background at the start of the run, and this suite's build waits for it on
+the build's lock), then checks the driver
 (tests/kubesim/qemu_guest.py) where no guest has to boot: the accelerator
 choice, memory and vCPU limits, the overlay on the read-only base, a QEMU that
 fails at start-up (a taken agent address), and stop() removing the overlay,
