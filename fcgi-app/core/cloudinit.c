@@ -38,7 +38,7 @@ static const char agent_start_fmt[] =
  * "-" needs the base unit's StandardInput=tty and TTYPath=, which
  * serial-getty@.service has only since systemd v250 (PR #21171); with the
  * older unit (Ubuntu 22.04's 249, EL8's 239) stdin is /dev/null and there is
- * no getty (tests/qemu/t940). %I works with both. */
+ * no getty (tests/qemu/t910, the pre-v250 unit tests). %I works with both. */
 #define AUTOLOGIN_UNIT                                                                             \
 	"[Service]\n"                                                                              \
 	"ExecStart=\n"                                                                             \

@@ -1,4 +1,4 @@
-"""What the QEMU suites (tests/qemu/t910_qemu_api.py, t920_qemu_pool.py) share:
+"""What the QEMU suites (tests/qemu/t910_qemu_api.py, t930_qemu_machines.py) share:
 their own stack with the simulator's `--guest qemu` (tests/lib/labstack.py; its
 state next to $LABVM_STATE, ports from LABVM_QEMU_PORT_BASE, stopped at exit
 whatever happens), the simulator's guests, and a root console through the

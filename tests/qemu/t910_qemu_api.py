@@ -16,12 +16,17 @@ not fit the node (Unschedulable: Insufficient devices.kubevirt.io/kvm);
 labvm-console gives a root shell without a password; grading runs in the
 guest (the hello step fails, then passes after writing /root/hello.txt through
 the console); writes stay in their own VM, and the base image is unchanged;
+the pre-v250 serial-getty@.service (Ubuntu 22.04's and EL8's, installed in the
+second guest in place of Debian's) with labvm's drop-in gives a root shell on
+ttyS0 and passes `systemd-analyze verify`, and the old drop-in (agetty's `-`)
+on it gives no getty (was t940, which booted two more guests for this);
 a guest that powers itself off ends its QEMU (VMI Succeeded, overlay gone) and
 KubeVirt's runStrategy Always boots a new one; ending a session stops QEMU and
 removes its overlay.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -292,6 +297,132 @@ def writes_stay_in_their_vm():
     for u in USERS:
         t.ok(os.path.getsize(S["guests"][u]["overlay"]) > 1 << 20,
              f"{u}: the writes went to its overlay")
+
+
+# systemd v249's units/serial-getty@.service.in as installed (no StandardInput,
+# no StandardOutput: stdin is /dev/null; agetty opens %I itself). Ubuntu 22.04
+# (249) and EL8 (239) ship it; Debian 12's 252 has StandardInput=tty (v250,
+# systemd PR #21171). CONFORMANCE.md "Guests".
+PRE250_UNIT = r"""[Unit]
+Description=Serial Getty on %I
+Documentation=man:agetty(8) man:systemd-getty-generator(8)
+BindsTo=dev-%i.device
+After=dev-%i.device systemd-user-sessions.service plymouth-quit-wait.service getty-pre.target
+After=rc-local.service
+Before=getty.target
+IgnoreOnIsolate=yes
+Conflicts=rescue.service
+Before=rescue.service
+
+[Service]
+ExecStart=-/sbin/agetty -o '-p -- \\u' --keep-baud 115200,57600,38400,9600 %I $TERM
+Type=idle
+Restart=always
+UtmpIdentifier=%I
+TTYPath=/dev/%I
+TTYReset=yes
+TTYVHangup=yes
+IgnoreSIGPIPE=no
+SendSIGHUP=yes
+
+[Install]
+WantedBy=getty.target
+"""
+PRE250_EXEC = ("ExecStart=-/sbin/agetty -o '-p -- \\\\u' --keep-baud 115200,57600,38400,9600 "
+               "%I $TERM")
+DROPIN = "/etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf"   # cloudinit.h
+GETTY = "serial-getty@ttyS0.service"
+
+
+def regetty(vm, script):
+    """Stop ttyS0's getty and every process left on ttyS0 (the shell of the
+    last login), run script (unit files), daemon-reload, start the getty: what
+    a boot with these files would start. Returns `systemctl cat` of the unit."""
+    r = S["kube"].guest_exec(vm, f"systemctl stop {GETTY}; pkill -KILL -t ttyS0; sleep 1; "
+                             f"{script}\nsystemctl daemon-reload && systemctl reset-failed "
+                             f"{GETTY}; date '+since=%F %T'; systemctl start {GETTY}; "
+                             f"systemctl cat {GETTY}", 90)
+    t.eq(r["exit_code"], 0, "the unit files written, the getty started again", r)
+    m = re.search(r"^since=(.*)$", r["stdout"], re.M)
+    S["getty_since"] = m.group(1) if m else "today"
+    return r["stdout"]
+
+
+async def shell_answers(c, seconds):
+    """True when a shell on ttyS0 runs `echo T910-<nonce>-$((6*7))-$(id -u)-$(tty)`:
+    it prints T910-<nonce>-42-0-/dev/ttyS0 (the echoed line never has that, and
+    the console's replay of earlier output never has this call's nonce)."""
+    nonce = os.urandom(4).hex()
+    want = f"T910-{nonce}-42-0-/dev/ttyS0".encode()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await c.ws.send(f"\recho T910-{nonce}-$((6*7))-$(id -u)-$(tty)\r".encode())
+        if await c.until(lambda x: want in x.out, 2):
+            return True
+        if c.code is not None:
+            return False
+    return False
+
+
+@t.test(skip=skip)
+def the_pre_v250_getty_unit_with_labvms_dropin_gives_a_root_shell():
+    """Issue #25: labvm's drop-in on the pre-v250 serial-getty@.service (the
+    unit Ubuntu 22.04 and EL8 ship), installed in this Debian guest in place of
+    its own: a root shell on ttyS0 through labvm-console, without a password,
+    and `systemd-analyze verify` accepts unit and drop-in."""
+    need_sessions()
+    u = USERS[1]
+    vm, sid = S["vms"][u], S["sessions"][u]["id"]
+    text = regetty(vm, "cat > /etc/systemd/system/serial-getty@.service <<'T910_EOF'\n" +
+                   PRE250_UNIT + "T910_EOF")
+    t.ok(PRE250_EXEC in text and "StandardInput" not in text,
+         "the guest runs the pre-v250 unit (no StandardInput)", text[-1500:])
+    t.ok(DROPIN in text and "--autologin root %I $TERM" in text,
+         "with labvm's drop-in (the tty named, %I)", text[-800:])
+
+    async def go():
+        c = await Console.open(u, ticket(u, sid))
+        try:
+            ok = await shell_answers(c, 120)
+            t.ok(ok, "a root shell (uid 0) answers on ttyS0 itself", bytes(c.out[-600:]))
+            t.ok(b"assword" not in c.out, "no password asked", bytes(c.out[-300:]))
+        finally:
+            await c.close()
+    run(go())
+    r = S["kube"].guest_exec(vm, f"systemd-analyze verify --man=no {GETTY} 2>&1; echo rc=$?", 60)
+    t.ok(r["stdout"].strip().endswith("rc=0"), "systemd-analyze verify accepts unit and drop-in",
+         r["stdout"])
+    t.ok("autologin.conf" not in r["stdout"], "no complaint about the drop-in", r["stdout"])
+    S["pre250"] = True
+
+
+@t.test(skip=skip)
+def the_old_dash_dropin_on_the_pre_v250_unit_gives_no_getty():
+    """The drop-in before the fix (agetty's `-`: stdin as the tty) on the same
+    unit: agetty is handed /dev/null, fails and is restarted; no shell."""
+    need_sessions()
+    t.require(S.get("pre250"), "the pre-v250 unit is not in place")
+    u = USERS[1]
+    vm, sid = S["vms"][u], S["sessions"][u]["id"]
+    text = regetty(vm, f"sed -i 's/--autologin root %I \\$TERM/--autologin root - $TERM/' "
+                   f"{DROPIN}")
+    t.ok("--autologin root - $TERM" in text and PRE250_EXEC in text,
+         "the old `-` form on the pre-v250 unit", text[-800:])
+
+    async def go():
+        c = await Console.open(u, ticket(u, sid))
+        try:
+            ok = await shell_answers(c, 20)
+            t.ok(not ok, "no shell answers on ttyS0", bytes(c.out[-600:]))
+        finally:
+            await c.close()
+    run(go())
+    # what this getty did since it was started with the old drop-in
+    r = S["kube"].guest_exec(vm, f"journalctl -u {GETTY} --since '{S['getty_since']}' "
+                             f"--no-pager | tail -5; systemctl show -p NRestarts {GETTY}", 30)
+    text = r["stdout"]
+    t.ok(re.search(r"NRestarts=[1-9]", text) or "not a tty" in text or "failed" in text,
+         "agetty fails on /dev/null and is restarted", text)
 
 
 @t.test(skip=skip)
