@@ -15,6 +15,9 @@
  *   - terminal: bytes and time for what the terminal needs (xterm.js, its
  *     CSS, the fit addon, through vendor/manifest.json where there is one),
  *     fetched by the page after the first load, with an empty cache;
+ *   - lab page: the same for the page's own scripts that load with a lab
+ *     (session.js, console.js, lab.js, guidepane.js: window.labvm.labScripts),
+ *     none of which the lesson list loads;
  *   - guide: the same for what the lesson guide adds when a lab starts
  *     (markdown-it, guide.js, guide.css and linux-basics' guide from
  *     GET /api/lessons/linux-basics/guide), none of which the lesson list
@@ -105,7 +108,10 @@ async function load(ctx, url, terminal) {
   const bytes = list.reduce((n, r) => n + r.bytes, 0);
   let term = null;
   let guide = null;
+  let labjs = null;
   if (terminal) {
+    const own = await page.evaluate(() => (window.labvm && window.labvm.labScripts) || []);
+    if (own.length) labjs = await fetchAll(page, reqs, own);
     let man = null;
     try {
       man = await page.evaluate(async () => {
@@ -120,7 +126,7 @@ async function load(ctx, url, terminal) {
     if (md.length) guide = await fetchAll(page, reqs, [...md, '/guide.js', '/guide.css', '/api/lessons/linux-basics/guide?lang=en']);
   }
   await page.close();
-  return { ms, bytes, reqs: list, term, guide };
+  return { ms, bytes, reqs: list, term, guide, labjs };
 }
 
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
@@ -154,6 +160,7 @@ async function main() {
         first: { bytes: median(cold.map((x) => x.bytes)), ms: median(cold.map((x) => x.ms)) },
         repeat: { bytes: median(warm.map((x) => x.bytes)), ms: median(warm.map((x) => x.ms)) },
         terminal: { bytes: median(cold.map((x) => x.term.bytes)), ms: median(cold.map((x) => x.term.ms)) },
+        labPage: cold[0].labjs ? { bytes: median(cold.map((x) => x.labjs.bytes)), ms: median(cold.map((x) => x.labjs.ms)) } : null,
         guide: cold[0].guide ? { bytes: median(cold.map((x) => x.guide.bytes)), ms: median(cold.map((x) => x.guide.ms)) } : null,
         requests: detail.map((q) => ({ path: new URL(q.url).pathname, status: q.status, bytes: q.bytes, encoding: q.enc || '' })),
       };
@@ -162,6 +169,7 @@ async function main() {
       console.log(`  first load:  ${kib(r.first.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.first.ms / 1000).toFixed(2)} s`);
       console.log(`  repeat load: ${kib(r.repeat.bytes).padStart(7)} KiB on the wire, lesson list after ${(r.repeat.ms / 1000).toFixed(2)} s`);
       console.log(`  terminal:    ${kib(r.terminal.bytes).padStart(7)} KiB on the wire, fetched in ${(r.terminal.ms / 1000).toFixed(2)} s (xterm.js and co., empty cache)`);
+      if (r.labPage) console.log(`  lab page:    ${kib(r.labPage.bytes).padStart(7)} KiB on the wire, fetched in ${(r.labPage.ms / 1000).toFixed(2)} s (session.js, console.js, lab.js, guidepane.js; with a lab, not the list)`);
       if (r.guide) console.log(`  guide:       ${kib(r.guide.bytes).padStart(7)} KiB on the wire, fetched in ${(r.guide.ms / 1000).toFixed(2)} s (markdown-it, guide.js/.css, linux-basics' guide; with a lab, not the list)`);
       for (const q of r.requests) {
         console.log(`    ${String(q.status).padStart(3)} ${kib(q.bytes).padStart(7)} KiB ${(q.encoding || '-').padEnd(5)} ${q.path}`);

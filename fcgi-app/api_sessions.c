@@ -4,6 +4,8 @@
  *
  *   1. pg_advisory_xact_lock on the user      -> a double click yields one session
  *   2. an open session?                       -> 409 session_exists, naming it
+ *   2a. more seats than the capacity, or no node of the cluster can ever
+ *       hold the session (nodefit.h)?         -> 409 never_fits, naming the node
  *   2b. a ready VM of the lesson's warm pool? -> claim it (pool.c): ready at once
  *   3. golden disk usable?                    -> else containerDisk, reason recorded
  *   4. pg_advisory_xact_lock on capacity      -> one admission at a time, everywhere
@@ -33,6 +35,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "manifest.h"
+#include "nodefit.h"
 #include "podexec.h"
 #include "pool.h"
 #include "queue.h"
@@ -517,6 +520,15 @@ static enum step admit(struct req *r, struct start *st)
 		jx_add_num(st->answer, "capacity", pool_cap);
 		jx_add_num(st->answer, "seats", (double)st->n);
 		return STEP_REFUSED;
+	}
+	/* never fits either: no node of the cluster can hold the session, its
+	 * machines together when they must share one (nodefit.h); unknown when
+	 * the nodes cannot be read, and then the cluster says Unschedulable */
+	char fit[512];
+	if (nodefit_lesson(&x->kube, st->lesson, st->multi && !c->session_net_ovn, fit,
+	                   sizeof fit) == 0) {
+		log_info("user %s lesson %s: refused, %s", r->user, st->lesson->id, fit);
+		return refuse(st, E_NEVER_FITS, fit);
 	}
 	/* the seats the places ahead need are not free for this start (a fresh
 	 * start sees the whole line, a place those ahead of it) */

@@ -27,9 +27,6 @@ const MESSAGES = {
     'failures.title': 'Failures', 'failures.empty': 'No failure.',
     'col.user': 'User', 'col.lesson': 'Lesson', 'col.stage': 'State / stage', 'col.age': 'Age',
     'col.disk': 'Disk', 'col.fallback': 'Fallback reason', 'col.when': 'When', 'col.error': 'Error',
-    'state.starting': 'starting', 'state.ready': 'ready', 'state.failed': 'failed', 'state.ended': 'ended',
-    'stage.submitted': 'submitted', 'stage.scheduling': 'scheduling', 'stage.booting': 'booting',
-    'stage.setting_up': 'setting up', 'stage.ready': 'ready',
     'age.s': '{n} s', 'age.m': '{n} min', 'age.h': '{h} h {m} min',
     'end.button': 'End', 'end.confirm': "End {user}'s session ({lesson})? Their lab machine is deleted.",
     'end.done': "{user}'s session was ended.", 'refreshed': 'Updated {time}',
@@ -56,9 +53,6 @@ const MESSAGES = {
     'failures.title': '失敗', 'failures.empty': '失敗はありません。',
     'col.user': 'ユーザー', 'col.lesson': 'レッスン', 'col.stage': '状態 / 段階', 'col.age': '経過',
     'col.disk': 'ディスク', 'col.fallback': 'フォールバック理由', 'col.when': '日時', 'col.error': 'エラー',
-    'state.starting': '起動中', 'state.ready': '準備完了', 'state.failed': '失敗', 'state.ended': '終了',
-    'stage.submitted': '送信済み', 'stage.scheduling': 'スケジュール中', 'stage.booting': '起動処理中',
-    'stage.setting_up': 'セットアップ中', 'stage.ready': '準備完了',
     'age.s': '{n} 秒', 'age.m': '{n} 分', 'age.h': '{h} 時間 {m} 分',
     'end.button': '終了', 'end.confirm': '{user} さんのセッション ({lesson}) を終了しますか? 演習マシンは削除されます。',
     'end.done': '{user} さんのセッションを終了しました。', 'refreshed': '更新: {time}',
@@ -80,8 +74,13 @@ function pickLang() {
   return 'en';
 }
 
+// the states and stages of a session, as the student page has them (i18n.js,
+// loaded first): 'state.*' and 'stage.short.*'
+const TEXTS = window.LABVM_TEXTS || { en: {} };
+
 function t(key, vars) {
-  let s = (MESSAGES[lang] && MESSAGES[lang][key]) || MESSAGES.en[key] || key;
+  let s = (MESSAGES[lang] && MESSAGES[lang][key]) || (TEXTS[lang] && TEXTS[lang][key]) ||
+    MESSAGES.en[key] || TEXTS.en[key] || key;
   for (const [k, v] of Object.entries(vars || {})) s = s.split(`{${k}}`).join(String(v));
   return s;
 }
@@ -198,7 +197,7 @@ function render(d) {
     const tr = el('tr', { class: `state-${s.state}`, 'data-id': s.id, 'data-user': s.user });
     tr.appendChild(el('td', {}, s.user));
     tr.appendChild(el('td', {}, s.lesson));
-    const st = `${t(`state.${s.state}`)} / ${t(`stage.${s.stage}`)}`;
+    const st = `${t(`state.${s.state}`)} / ${t(`stage.short.${s.stage}`)}`;
     tr.appendChild(el('td', { class: 'stage' }, st));
     tr.appendChild(el('td', {}, age(s.age_s)));
     tr.appendChild(el('td', {}, s.disk_source || ''));
@@ -221,7 +220,7 @@ function render(d) {
     tr.appendChild(el('td', {}, new Date(f.created_at).toLocaleString(lang)));
     tr.appendChild(el('td', {}, f.user));
     tr.appendChild(el('td', {}, f.lesson));
-    tr.appendChild(el('td', {}, t(`stage.${f.stage}`)));
+    tr.appendChild(el('td', {}, t(`stage.short.${f.stage}`)));
     tr.appendChild(el('td', { class: 'error' }, f.error || ''));
     fb.appendChild(tr);
   }

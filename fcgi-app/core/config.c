@@ -77,6 +77,7 @@ static const struct cfg_key keys[] = {
     S(console_user_from, "forwarded"),
     S(operators, ""),
     S(log_format, "text"),
+    S(session_network, "same-node"),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -183,6 +184,14 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		         c->capacity_lock_timeout_ms);
 		return -1;
 	}
+	if (strcmp(c->session_network, "same-node") != 0 &&
+	    strcmp(c->session_network, "ovn-layer2") != 0) {
+		snprintf(err, errlen,
+		         "session_network: '%s' is not \"same-node\" or \"ovn-layer2\"",
+		         c->session_network);
+		return -1;
+	}
+	c->session_net_ovn = strcmp(c->session_network, "ovn-layer2") == 0;
 	enum log_level lv;
 	if (log_level_parse(c->log_level, &lv) < 0) {
 		snprintf(err, errlen, "log_level: '%s' is not one of err, warn, info, debug",

@@ -56,6 +56,12 @@ struct cfg {
 	char *log_format;        /* text | json (core/log.c) */
 	char
 	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
+	/* the L2 network of a multi-machine session: "same-node" (a CNI bridge
+	 * NAD and a required pod affinity on the session id, so that every
+	 * machine runs on one node) or "ovn-layer2" (an OVN-Kubernetes layer2
+	 * secondary network, which spans the nodes; no affinity) */
+	char *session_network;
+	int session_net_ovn; /* session_network is "ovn-layer2" (set by cfg_load) */
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load(); lab_pod marks
 	 * the lab Pods labvm creates (only they carry it: see manifest.h) */

@@ -125,9 +125,6 @@ cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const
 cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *lesson_id)
 {
 	cJSON *o = jx_obj(), *conf = jx_obj();
-	char bridge[16];
-	/* a Linux bridge name has at most 15 characters: "lvn" + 12 hex of the session */
-	snprintf(bridge, sizeof bridge, "lvn%.12s", n->network + 4);
 	jx_add_str(o, "apiVersion", "k8s.cni.cncf.io/v1");
 	jx_add_str(o, "kind", "NetworkAttachmentDefinition");
 	struct lab_names bare = *n;
@@ -135,14 +132,45 @@ cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *
 	jx_put(o, "metadata", metadata(c, &bare, n->network, c->namespace_, lesson_id));
 	jx_add_str(conf, "cniVersion", "0.3.1");
 	jx_add_str(conf, "name", n->network);
-	jx_add_str(conf, "type", "bridge");
-	jx_add_str(conf, "bridge", bridge);
-	jx_add_obj(conf, "ipam");
+	if (c->session_net_ovn) {
+		/* an OVN-Kubernetes layer2 secondary network: one logical switch
+		 * over every node; no subnets (the guests' addresses come from
+		 * cloud-init); OVN-Kubernetes wants the NAD's own "ns/name" */
+		char *nad = xasprintf("%s/%s", c->namespace_, n->network);
+		jx_add_str(conf, "type", "ovn-k8s-cni-overlay");
+		jx_add_str(conf, "topology", "layer2");
+		jx_add_str(conf, "netAttachDefName", nad);
+		free(nad);
+	} else {
+		/* the CNI bridge plugin: a bridge on the node, no uplink. A Linux
+		 * bridge name has at most 15 characters: "lvn" + 12 hex of the
+		 * session (conf/node/lvn-bridge-gc.sh reclaims the leftovers) */
+		char bridge[16];
+		snprintf(bridge, sizeof bridge, "lvn%.12s", n->network + 4);
+		jx_add_str(conf, "type", "bridge");
+		jx_add_str(conf, "bridge", bridge);
+		jx_add_obj(conf, "ipam");
+	}
 	char *text = jx_print(conf);
 	jx_add_str(jx_add_obj(o, "spec"), "config", text);
 	cJSON_free(text);
 	cJSON_Delete(conf);
 	return o;
+}
+
+/* spec.affinity: the launcher pod must run on the node of any pod of the same
+ * session (the first one goes anywhere: a group whose term matches its own
+ * labels), so a node-local session network reaches every machine. */
+static cJSON *same_node_affinity(const struct cfg *c, const struct lab_names *n)
+{
+	cJSON *aff = jx_obj(), *term = jx_obj();
+	jx_add_str(jx_add_obj(jx_add_obj(term, "labelSelector"), "matchLabels"),
+	           c->label.session_id, n->session_id);
+	jx_add_str(term, "topologyKey", "kubernetes.io/hostname");
+	jx_push(jx_add_arr(jx_add_obj(aff, "podAffinity"),
+	                   "requiredDuringSchedulingIgnoredDuringExecution"),
+	        term);
+	return aff;
 }
 
 char *manifest_network_data(const struct machine_net *m)
@@ -267,6 +295,8 @@ cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const str
 		jx_add_str(mu, "networkName", n->network);
 		jx_push(nets, named("session", "multus", mu));
 	}
+	if (m && n->network[0] && !c->session_net_ovn)
+		jx_put(tspec, "affinity", same_node_affinity(c, n));
 	if (n->machine[0])
 		jx_add_str(tspec, "hostname", n->machine);
 	/* lab VMs are disposable: no graceful shutdown wait when deleted */

@@ -46,8 +46,9 @@ struct machine_net {
  * are locally administered, from the session id and i. */
 void session_net_plan(const char *session_id, size_t i, struct machine_net *out);
 /* The session network: a NetworkAttachmentDefinition whose CNI config is a
- * bridge private to the session, no IPAM (the guests' addresses come from
- * cloud-init network data). */
+ * bridge private to the session on its node (session_network same-node), or
+ * an OVN-Kubernetes layer2 network spanning the nodes (ovn-layer2); no IPAM
+ * either way (the guests' addresses come from cloud-init network data). */
 cJSON *manifest_nad(const struct cfg *c, const struct lab_names *n, const char *lesson_id);
 /* cloud-init network data (version 2) for a machine: DHCP on the pod
  * network, the static address on the session network; malloc'd. */
@@ -55,7 +56,9 @@ char *manifest_network_data(const struct machine_net *m);
 /* The Secret with the network data as well (key networkdata), when given. */
 cJSON *manifest_secret_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
                            const char *userdata, const char *networkdata);
-/* The VirtualMachine of a machine on the session network (m NULL: as manifest_vm). */
+/* The VirtualMachine of a machine on the session network (m NULL: as
+ * manifest_vm). With session_network same-node its template asks for a
+ * required pod affinity to the session id (topology kubernetes.io/hostname). */
 cJSON *manifest_vm_net(const struct cfg *c, const struct lab_names *n, const struct lesson *l,
                        enum lesson_disk disk, const struct machine_net *m);
 

@@ -17,9 +17,9 @@
  *     machine and the exact text), opens a hint (onHint); a grade's answer
  *     puts a tick or a cross on each Check heading, the output on demand.
  *
- * The page integration (the guide beside the terminal, Run in terminal typing
- * into the console) comes with the split of app.js (#27): here the page's
- * part is played by the test, which loads guide.js as app.js will.
+ * Here the page's part is played by the test, which loads guide.js as the
+ * page does; the guide in the lab view (beside the terminal, Run in terminal
+ * typing into the console) is t795_guide_lab.mjs.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';

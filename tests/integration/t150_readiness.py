@@ -5,11 +5,12 @@ the agent."""
 import http.client
 import os
 import json
+import re
 import threading
 import time
 
 import utf8text
-from labtest import Api, Db, Kube, env, reset_world, vm_of, wait_until
+from labtest import Api, Db, Kube, cordon, env, reset_world, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -156,16 +157,34 @@ def never_ready():
                what="VM deleted")
 
 
-@t.test(name="a VMI that never runs (no node fits) fails at running_timeout_s")
+@t.test(name="a VM no node can ever hold is refused at the press: 409 never_fits, named")
+def never_fits():
+    api = Api("student204")
+    before = len(kube.lab_vms())
+    r = api.start("test-never-fits")
+    t.eq((r.status, r.json.get("error")), (409, "never_fits"), "refused at once", r.json)
+    msg = r.json.get("message", "")
+    t.ok(re.search(r"its VM needs 102\d\.\d GiB of memory; the largest node, node-\d, has "
+                   r"\d+\.\d GiB allocatable", msg), "names the need and the node", msg)
+    t.eq(len(kube.lab_vms()), before, "nothing submitted")
+    t.eq(api.current().status, 404, "no session")
+
+
+@t.test(name="a VMI the cluster cannot place now (every node cordoned) fails at running_timeout_s")
 def unschedulable():
     api = Api("student205")
-    s = api.start("test-unschedulable").json
-    t.eq(api.grade(s["id"]).status, 409, "grading while starting is 409 not_ready")
-    t.eq(api.ticket(s["id"]).status, 409, "no console ticket while starting")
-    final = api.wait_state(s["id"], ("ready", "failed"), 40)
+    cordon(kube)
+    try:
+        s = api.start("test-unschedulable").json
+        t.eq(api.grade(s["id"]).status, 409, "grading while starting is 409 not_ready")
+        t.eq(api.ticket(s["id"]).status, 409, "no console ticket while starting")
+        final = api.wait_state(s["id"], ("ready", "failed"), 40)
+    finally:
+        cordon(kube, False)
     t.eq(final["state"], "failed", "failed")
     t.ok(final["error"].startswith("scheduling:") and "within 3 s" in final["error"],
          "names the stage and the deadline", final["error"])
+    t.ok("ErrorUnschedulable" in final["error"], "with the VM's status", final["error"])
     t.eq(final["running_at"], None, "never ran")
     wait_until(lambda: kube.get("virtualmachines", vm_of(final)).status == 404, 15,
                what="VM deleted")

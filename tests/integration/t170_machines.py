@@ -21,7 +21,7 @@ import urllib.request
 import websockets
 
 from labconsole import Console, PrivateBridge
-from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
+from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until, reaper_argv
 from tap import T
 
 t = T()
@@ -118,6 +118,15 @@ def per_machine():
         spec = v["spec"]["template"]["spec"]
         t.eq([n.get("multus", {}).get("networkName") for n in spec["networks"]],
              [None, nad["metadata"]["name"]], f"{v['metadata']['name']}: second network is the NAD")
+        # session_network = same-node: the bridge is node-local, the machines share a node
+        t.eq(spec.get("affinity"), {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {f"{PREFIX}/session-id": s["id"]}},
+                "topologyKey": "kubernetes.io/hostname"}]}},
+             f"{v['metadata']['name']}: a required pod affinity on the session id")
+    nodes = {(kube.get("virtualmachineinstances", v["metadata"]["name"]).json.get("status")
+              or {}).get("nodeName") for v in vms}
+    t.eq(len(nodes), 1, "the three VMIs run on one node", nodes)
     cp = next(v for v in s["vms"] if v["machine"] == "cp")
     out = kube.guest_exec(cp["name"], "hostname; cat /etc/hosts")
     t.ok(out["stdout"].startswith("cp\n") and all(
@@ -318,6 +327,25 @@ def refused_whole():
         a.end(x.json["id"])
 
 
+@t.test(name="machines that fit a node each but never one node together: 409 never_fits, named")
+def never_one_node():
+    api = Api("student321")
+    since = db.one("SELECT clock_timestamp()")[0]  # the user has sessions of other suites
+    r = api.start("test-multi-never-fits")
+    t.eq((r.status, r.json.get("error")), (409, "never_fits"), "refused at the press", r.json)
+    t.ok(re.search(r"its 3 machines share one node and together need 3\d\.\d GiB of memory and "
+                   r"3 VM slots; the largest node, node-\d, has 32\.0 GiB allocatable",
+                   r.json.get("message", "")), "names the need and the largest node", r.json)
+    t.eq(kube.list(NADS, f"{PREFIX}/lab-session=true"), [], "no session network created")
+    t.eq(db.one("SELECT count(*) FROM sessions WHERE user_name = 'student321' AND created_at >= %s",
+                since), (0,), "no session row")
+    r = api.request("POST", "/api/sessions", {"lesson": "test-multi-never-fits", "queue": True})
+    t.eq((r.status, r.json.get("error")), (409, "never_fits"), "asked to wait: no place in line",
+         r.json)
+    t.eq(db.one("SELECT count(*) FROM session_queue WHERE user_name = 'student321'"), (0,),
+         "nothing in the line")
+
+
 @t.test(name="a burst of mixed 1- and 3-machine starts never exceeds capacity")
 def burst():
     reset_world(kube, db)
@@ -393,7 +421,7 @@ def create_fails():
 
 def reap(*args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
-    r = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper"), *args], env=e,
+    r = subprocess.run(reaper_argv(*args), env=e,
                        capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
 

@@ -152,7 +152,7 @@ def keepalive():
 @t.test(name="a stream stays open across a PostgreSQL restart and gets what happens after it")
 def across_pg_restart():
     api = Api("student267")
-    sid = fresh(api, "test-unschedulable")  # stays scheduling for its 3 s deadline... or ends
+    sid = fresh(api, "test-long-setup")  # stays starting (setup) until ended below
     st = Stream(events_path(sid), "student267")
     first = st.next()
     t.eq(first.json["state"], "starting", "starting")

@@ -161,6 +161,10 @@ for fe, base in FRONTENDS:
     def static_files(api=api_a):
         for path, ctype in [("/", "text/html"), ("/index.html", "text/html"),
                             ("/app.js", "text/javascript"), ("/i18n.js", "text/javascript"),
+                            ("/text.js", "text/javascript"), ("/api.js", "text/javascript"),
+                            ("/session.js", "text/javascript"), ("/console.js", "text/javascript"),
+                            ("/lab.js", "text/javascript"), ("/guidepane.js", "text/javascript"),
+                            ("/guide.js", "text/javascript"), ("/guide.css", "text/css"),
                             ("/app.css", "text/css"), ("/vendor/xterm.js", "javascript"),
                             ("/vendor/xterm.css", "text/css")]:
             r = api.request("GET", path)
@@ -170,8 +174,9 @@ for fe, base in FRONTENDS:
             if ctype in ("text/html", "text/javascript", "text/css") and path != "/vendor/xterm.js":
                 t.ok("utf-8" in ct.lower(), f"GET {path}: charset utf-8", ct)
         page = api.request("GET", "/").body
-        # xterm.js and its CSS come later, when a lab starts (app.js loads them)
-        for ref in ("/app.js", "/i18n.js", "/app.css"):
+        # xterm.js and its CSS come later, when a lab starts (app.js loads them,
+        # and the lab's own scripts)
+        for ref in ("/app.js", "/i18n.js", "/text.js", "/api.js", "/app.css"):
             t.ok(f'"{ref}"' in page, f"index.html loads {ref}")
         t.ok("<script>" not in page and not re.search(r"\son[a-z]+=", page), "no inline script in index.html")
         t.ok("cdn" not in page.lower() and "https://" not in page, "nothing loaded from elsewhere")

@@ -59,6 +59,13 @@ def sh(*argv, check=True, **kw):
     return r
 
 
+def doctor(*args):
+    """The installed labvm-doctor as the system user, with the installed labvm.conf."""
+    return sh("setpriv", "--reuid=labvm", "--regid=labvm", "--init-groups",
+              "/usr/lib/labvm/labvm-doctor", "--no-canary", *args, check=False,
+              env=dict(ENV, LABVM_CONF="/etc/labvm/labvm.conf"))
+
+
 def installed():
     r = sh("dpkg-query", "-W", "-f=${Status}", "labvm", check=False)
     return r.returncode == 0 and r.stdout.endswith(" installed")
@@ -150,7 +157,8 @@ def build():
     t.diag(f"package: {debs[0]} {size / 1024:.0f} KiB, installed {inst} KiB")
     listing = sh("dpkg-deb", "-c", facts["deb"]).stdout
     for path in ("./usr/lib/labvm/labvm.fcgi", "./usr/lib/labvm/labvm-console",
-                 "./usr/lib/labvm/labvm-reaper", "./usr/share/labvm/web/index.html",
+                 "./usr/lib/labvm/labvm-reaper", "./usr/lib/labvm/labvm-doctor",
+                 "./usr/share/labvm/web/index.html",
                  "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/web/vendor/manifest.json",
                  "./usr/share/labvm/web/operator.html",
                  "./usr/share/labvm/web/operator.js", "./usr/share/labvm/sql/migrate",
@@ -158,6 +166,11 @@ def build():
                  "./etc/lighttpd/conf-available/50-labvm.conf", "./etc/apache2/sites-available/labvm.conf",
                  "./lib/systemd/system/labvm-fcgi.service", "./lib/systemd/system/labvm-console.service"):
         t.ok(path in listing, f"the package has {path}")
+    # every file of the page (the student page is several scripts), and the guide's renderer
+    page = sorted(f for f in os.listdir(os.path.join(SRC, "web")) if re.search(r"\.(html|js|css)$", f))
+    missing = [f for f in page if f"./usr/share/labvm/web/{f} " not in listing.replace("\n", " \n")]
+    t.ok(page and not missing, f"the package has the page's {len(page)} files", missing)
+    t.ok("./usr/share/labvm/web/vendor/markdown-it.umd.min.js" in listing, "the package has markdown-it (the guide)")
     t.ok("./etc/labvm/ticket.key" not in listing, "no ticket key in the package (postinst makes one)")
 
 
@@ -240,6 +253,9 @@ def migrate():
     t.require(facts.get("configured"), "configured")
     psql_admin(f"DROP DATABASE IF EXISTS {PKG_DB}")
     psql_admin(f"CREATE DATABASE {PKG_DB} OWNER labvm")
+    r = doctor("--only", "database")
+    t.ok(r.returncode == 1 and "the database was never migrated" in r.stdout,
+         "before: the installed labvm-doctor says the database was never migrated", r.stdout[-600:])
     r = sh("/usr/share/labvm/sql/migrate", PKG_DSN, check=False)
     t.eq(r.returncode, 0, "migrate", r.stderr[-800:])
     applied = sorted(re.findall(r"applied (\S+)", r.stdout))
@@ -248,6 +264,19 @@ def migrate():
     r = sh("/usr/share/labvm/sql/migrate", PKG_DSN)
     t.eq(r.stdout.strip(), "", "a second run applies nothing")
     facts["migrated"] = True
+
+
+@t.test(name="the installed labvm-doctor on this install: credentials, permissions, the "
+             "installed lessons, the migrated database", skip=skip)
+def installed_doctor():
+    t.require(facts.get("migrated"), "migrated")
+    r = doctor("--only", "credentials,permissions,lessons,database")
+    t.diag("the installed labvm-doctor:\n" + r.stdout)
+    t.eq(r.returncode, 0, "exit 0", r.stdout[-1500:] + r.stderr[-500:])
+    t.ok(re.search(r"^ok +2 permissions +all \d+ verbs", r.stdout, re.M), "every verb granted")
+    t.ok(re.search(r"^ok +5 lessons +\d+ lesson files pass labvm\.fcgi --check", r.stdout, re.M),
+         "the installed lessons pass --check (as user labvm: its scratch files in /tmp)")
+    t.ok(re.search(r"^ok +7 database +the database is migrated", r.stdout, re.M), "migrated")
 
 
 def lighttpd_up():
@@ -287,7 +316,7 @@ def apache_up():
         f.write(site)
     mods = ["mpm_event", "authz_core", "authz_user", "authn_core", "authn_file", "auth_basic", "headers",
             "mime", "dir", "proxy", "proxy_fcgi", "proxy_wstunnel", "log_config", "filter", "deflate",
-            "brotli"]
+            "brotli", "alias"]   # the a2enmod list of conf/apache/labvm.conf (alias: /guides/)
     main = [f'ServerRoot "{run}"', f'DefaultRuntimeDir "{run}"', f'PidFile "{run}/apache.pid"',
             f'ErrorLog "{STATE}/apache-error.log"', f"Listen 127.0.0.1:{PORTS['apache']}",
             "ServerName 127.0.0.1", "User www-data", "Group www-data", "TypesConfig /etc/mime.types"]
@@ -328,7 +357,8 @@ def serve():
         t.eq(r.status, 200, f"{fe}: /api/healthz through the installed configuration", r.body[:300])
         r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", "/")
         t.ok(r.status == 200 and "app.js" in r.body, f"{fe}: the installed page", r.status)
-        for path in ("/vendor/manifest.json", "/vendor/xterm.js", "/operator.html"):
+        for path in ("/vendor/manifest.json", "/vendor/xterm.js", "/operator.html", "/text.js", "/lab.js",
+                     "/guidepane.js", "/guide.js", "/guide.css", "/i18n.js"):
             r = Api(USERS[fe], password=PASSWORD, base=url).request("GET", path)
             t.eq(r.status, 200, f"{fe}: GET {path}")
     facts["serving"] = True

@@ -142,6 +142,44 @@ def bridge_name(conf, nad):
     return conf.get("bridge") or "cni0"
 
 
+OVN_TYPE = "ovn-k8s-cni-overlay"
+PLUGINS = ("bridge", OVN_TYPE)      # the CNI plugins this simulated cluster has
+
+
+def plugin_error(conf, nad):
+    """Why the CNI ADD of this config fails here (None: it does not): a plugin
+    the nodes do not have (libcni's "failed to find plugin"), an OVN-Kubernetes
+    topology other than layer2 (localnet needs a bridge mapping on every node,
+    not modelled), or a netAttachDefName that is not this NAD."""
+    t = conf.get("type")
+    if t not in PLUGINS:
+        return f'failed to find plugin "{t}" in path [/opt/cni/bin]'
+    if t == OVN_TYPE:
+        if conf.get("topology") != "layer2":
+            return (f"OVN-Kubernetes topology {conf.get('topology')!r} is not served by this "
+                    "simulated cluster (layer2 only)")
+        md = (nad or {}).get("metadata") or {}
+        want = f"{md.get('namespace')}/{md.get('name')}"
+        if conf.get("netAttachDefName") != want or not conf.get("name"):
+            return (f"OVN-Kubernetes: netAttachDefName {conf.get('netAttachDefName')!r} does "
+                    f"not name this NetworkAttachmentDefinition ({want}), or no network name")
+    return None
+
+
+def l2_domain(conf, node):
+    """(domain, bridge) of a secondary network for sessnet.py: the bridge
+    plugin's bridge lives on the pod's node (containernetworking/plugins
+    plugins/main/bridge: no uplink), an OVN-Kubernetes layer2 network is one
+    switch for the cluster, keyed by the config's `name` (network names are
+    cluster-wide there, not namespaced). (None, None): no L2 here."""
+    import sessnet
+    if conf.get("type") == "bridge":
+        return node, bridge_name(conf, None)
+    if conf.get("type") == OVN_TYPE and conf.get("topology") == "layer2":
+        return sessnet.OVERLAY, sessnet.overlay_bridge(conf.get("name") or "")
+    return None, None
+
+
 def static_ips(conf):
     """Addresses of a static IPAM section (CIDR strings)."""
     ipam = conf.get("ipam") or {}

@@ -19,6 +19,15 @@ the image that `tests/kubesim/guest-image/build` makes (raw ext4 `base.img`,
   leaves from the pod IP (so NetworkPolicy applies to the VM); without `net`
   (direct use, tests/qemu/t900) the host's `ip:agent_port` (a loopback
   address) is forwarded instead;
+- Multus secondary networks with KubeVirt's bridge binding (`session_nets`
+  from the simulator, `sessnets` its sessnet.SessionNetworks): per network a
+  second virtio NIC with the interface's MAC on a tap `tap<hash>` in the
+  pod's namespace, which QEMU creates; the CNI attachment (a veth from the
+  node's bridge, pod side `<hash>-nic`) and the tap are ports of the in-pod
+  bridge `k6t-<hash>` (kubevirt/kubevirt pkg/network/setup/netpod
+  bridgeBindingSpec, pkg/network/link/names.go); the guest's own cloud-init
+  configures its address from the NoCloud seed's `network-config` (the
+  VMI's cloudInitNoCloud network data, as virt-launcher writes it);
 - the serial port (ttyS0) on a unix socket that this object holds from boot
   on; `console()` hands out one end of a socketpair carrying raw bytes both
   ways (KubeVirt's `plain.kubevirt.io` stream). One client at a time: a new
@@ -189,7 +198,8 @@ class QemuGuest:
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
                  boot_delay=0.0, env=None, hostname=None, log=None,
                  agent_port=GUEST_AGENT_PORT, image_dir=None, accel=None, append_extra="",
-                 instance_id=None, net=None, **_ignored):
+                 instance_id=None, net=None, pod_mac=None, networkdata=None, session_nets=(),
+                 sessnets=None, resolv_conf=None, **_ignored):
         # boot_delay: a real guest takes the time it takes. env: the process
         # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
         # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
@@ -208,6 +218,12 @@ class QemuGuest:
         # 8899 to the guest and masquerades the guest's traffic behind the pod
         # address (KubeVirt's masquerade binding), so NetworkPolicy applies
         self.net = net
+        self.pod_mac = pod_mac           # the pod interface's macAddress (KubeVirt's)
+        self.networkdata = networkdata   # cloudInitNoCloud network data: network-config
+        # bridge-binding secondary networks (sessnet.py), only on the pod network
+        self.session_nets = list(session_nets) if net and sessnets else []
+        self.sessnets = sessnets
+        self.resolv_conf = resolv_conf   # the cluster DNS for user networking
         self.agent_port = int(agent_port)
         self.requested = (memory_mib, cpus)
         self.memory_mib, self.cpus = clamp(memory_mib, cpus)
@@ -310,7 +326,13 @@ class QemuGuest:
             with open(md, "w") as f:
                 f.write(f"instance-id: {self.instance_id}\n"
                         f"local-hostname: {self.hostname}\n")
-            _run(["cloud-localds", self.seed_path, ud, md])
+            nc = []
+            if self.networkdata:
+                nd = os.path.join(seed_dir, "network-config")
+                with open(nd, "w") as f:
+                    f.write(self.networkdata)
+                nc = [f"--network-config={nd}"]
+            _run(["cloud-localds", *nc, self.seed_path, ud, md])
         finally:
             shutil.rmtree(seed_dir, ignore_errors=True)
 
@@ -318,8 +340,18 @@ class QemuGuest:
         with open(self._p("qemu.cmd"), "w") as f:
             f.write(" ".join(_shq(a) for a in cmd) + "\n")
         logf = open(self.log_path, "ab")
+        ns = ["unshare", "--net", "--"] if self.net else []
+        if self.net and self.resolv_conf:
+            # user networking's DNS (10.0.2.3) forwards to the resolver of
+            # QEMU's /etc/resolv.conf: the pod's, the cluster DNS, as the
+            # guest's DNS is the launcher pod's on KubeVirt (clusterdns.py)
+            rc = self._p("resolv.conf")
+            with open(rc, "w") as f:
+                f.write(self.resolv_conf)
+            ns = ["unshare", "--net", "--mount", "--", "/bin/sh", "-c",
+                  'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"', "qemu-ns", rc]
         argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + \
-            (["unshare", "--net", "--"] if self.net else []) + cmd
+            ns + cmd
         try:
             self.proc = _spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
@@ -352,6 +384,13 @@ class QemuGuest:
                 break
             except (OSError, ValueError, GuestError):
                 time.sleep(0.02)
+        if self.proc.poll() is None and self.session_nets:
+            try:
+                self._wire_session_nets()
+            except Exception as e:  # noqa: BLE001
+                self.error = f"no secondary network: {e}"
+                self.stop(timeout=0)
+                raise GuestError(f"{self.name}: {self.error}") from None
         if self.proc.poll() is not None:
             _LIVE.discard(self)
             try:
@@ -363,6 +402,37 @@ class QemuGuest:
             self.stop(timeout=0)
             raise GuestError(f"{self.name}: {self.error}")
         return self
+
+    @staticmethod
+    def _names(s):
+        """(tap, in-pod bridge, pod-side link) of a secondary network, as
+        KubeVirt names them from the pod interface "pod<11 hex>"."""
+        h = s["pod_iface"][3:]
+        return f"tap{h}", f"k6t-{h}", f"{h}-nic"
+
+    def _wire_session_nets(self):
+        """KubeVirt's bridge binding in the pod's namespace: the CNI's veth
+        (from the node's bridge) and QEMU's tap, ports of k6t-<hash>."""
+        import sessnet
+        pid = self.proc.pid
+        for s in self.session_nets:
+            tap, br, nic = self._names(s)
+            deadline = time.monotonic() + 5
+            while sessnet.in_netns(pid, f"ip link show dev {tap}", check=False).returncode:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise GuestError(f"QEMU made no tap {tap}")
+                time.sleep(0.02)
+            self.sessnets.attach(pid, s["domain"], s["bridge"], nic, None, None, self)
+            sessnet.in_netns(pid, f"""
+ip link add {br} type bridge
+echo 1 > /proc/sys/net/ipv6/conf/{br}/disable_ipv6 || true
+echo 1 > /proc/sys/net/ipv6/conf/{tap}/disable_ipv6 || true
+ip link set {nic} master {br}
+ip link set {tap} master {br}
+ip link set {br} up
+ip link set {nic} up
+ip link set {tap} up
+""")
 
     def qemu_command(self, kernel, initrd):
         if self.accel == "kvm":
@@ -379,7 +449,12 @@ class QemuGuest:
                 "-netdev", f"user,id=n0,hostname={self.hostname},"
                            f"hostfwd=tcp:{'0.0.0.0' if self.net else self.ip}:"
                            f"{self.agent_port}-:{GUEST_AGENT_PORT}",
-                "-device", "virtio-net-pci,netdev=n0,romfile=",
+                "-device", "virtio-net-pci,netdev=n0,romfile=" +
+                           (f",mac={self.pod_mac}" if self.pod_mac else ""),
+                *[a for i, sn in enumerate(self.session_nets) for a in (
+                    "-netdev", f"tap,id=s{i},ifname={self._names(sn)[0]},script=no,downscript=no",
+                    "-device", f"virtio-net-pci,netdev=s{i},romfile=" +
+                               (f",mac={sn['mac']}" if sn.get("mac") else ""))],
                 "-device", "virtio-rng-pci",
                 "-chardev", f"socket,id=ser0,path={self._sock('serial.sock')},server=on,wait=off",
                 "-serial", "chardev:ser0",
@@ -723,6 +798,8 @@ class QemuGuest:
         self._kill()
         if self.net:
             self.net.detach(self.ip, self)
+        if self.session_nets:
+            self.sessnets.detach(self)
         if first:
             self._wake()
             for t in self._threads:

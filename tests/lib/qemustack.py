@@ -64,16 +64,17 @@ def free_port_base(offset=0):
     return first
 
 
-def up(t, suffix, tmp_prefix, port_offset, environment, guest_net):
+def up(t, suffix, tmp_prefix, port_offset, environment, guest_net, kube_args=(),
+       extra_lessons=False):
     """Start the suite's stack (stopping one left over by an interrupted run):
     S["env"], S["kube"] (namespace labs). The first start builds the guest
-    image when it is missing or stale."""
+    image when it is missing or stale. kube_args: more simulator options."""
     global stack
     base = free_port_base(port_offset)
     sd = state_dir(suffix, tmp_prefix)
     stack = labstack.Stack(sd, port_base=base, guest="qemu", frontend="lighttpd",
                            environment=environment, guest_net=guest_net,
-                           extra_lessons=False)
+                           extra_lessons=extra_lessons, kube_args=kube_args)
     if stack.running_any():      # left over by an interrupted run
         stack.down()
     t0 = time.monotonic()

@@ -49,7 +49,10 @@ skip = qemustack.skip_reason()
 def stack_with_qemu_guests_starts():
     # ports from LABVM_QEMU_PORT_BASE, guests on 127.77.0.0/16; builds the guest
     # image first when it is missing or stale
-    qemustack.up(t, "-qemu", "lv-qemu-t910-", 0, "check-qemu", "127.77.0.0/16")
+    # two guest slots, so that a third start finds the node full (the
+    # default under TCG is two per host CPU)
+    qemustack.up(t, "-qemu", "lv-qemu-t910-", 0, "check-qemu", "127.77.0.0/16",
+                 kube_args=["--max-guests", "2"])
     # the image: raw ext4 base, read-only; a second build is a no-op
     build = os.path.join(SRC, "tests", "kubesim", "guest-image", "build")
     base = os.path.realpath(os.path.join(IMG, "base.img"))

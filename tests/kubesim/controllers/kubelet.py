@@ -235,6 +235,7 @@ class Kubelet(Controller):
                 why = multus.missing_error(pod, name, ns)
             else:
                 conf, err = multus.cni_config(nad)
+                err = err or multus.plugin_error(conf, nad)
                 if err:
                     why = (f"Failed to create pod sandbox: rpc error: code = Unknown desc = "
                            f"failed to create pod network sandbox: [{md.get('namespace')}/"

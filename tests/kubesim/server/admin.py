@@ -101,11 +101,63 @@ class AdminEndpoints:
                 raise errors.bad_request("give user (and groups) or serviceAccount (ns/name)")
             return self.send_json(201, {"token": sim.new_token(user), "user": user.name,
                                         "groups": user.groups})
+        elif parts == ["nodes", "bridges"] and method == "GET":
+            # every node's Linux bridges and their ports (the bridge CNI
+            # plugin's, which its DEL never deletes: plugins#282)
+            return self.send_json(200, {"nodes": sim.sessnets.bridges()})
+        elif len(parts) == 4 and parts[0] == "cronjobs" and parts[3] == "ran" and method == "POST":
+            return self.cronjob_ran(parts[1], parts[2], self.sim_json())
+        elif len(parts) == 3 and parts[0] == "nodes" and parts[2] == "exec" and method == "POST":
+            return self.node_exec(parts[1], self.sim_json())
         elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "exec" and method == "POST":
             return self.guest_exec(parts[1], parts[2], self.sim_json())
         elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "kill" and method == "POST":
             return self.guest_kill(parts[1], parts[2])
         raise errors.ApiError(404, f"no such simulator endpoint: {method} {path}", "NotFound", {})
+
+    def cronjob_ran(self, ns, name, body):
+        """A Job of the CronJob ns/name ran (the stack ran the reaper as it):
+        the CronJob controller's status, as kubernetes pkg/controller/cronjob/
+        cronjob_controllerv2.go syncCronJob writes it: lastScheduleTime the
+        scheduled time of the Job it created (the minute), lastSuccessfulTime
+        the Job's completionTime when it succeeded."""
+        import util
+        ok = body.get("succeeded")
+        if set(body) - {"succeeded"} or not isinstance(ok, bool):
+            raise errors.bad_request('give {"succeeded": true|false}')
+        sim = self.sim
+        with sim.store.lock:
+            cj = sim.store.get("cronjobs", ns, name)
+            if cj is None:
+                raise errors.not_found(BY_PLURAL["cronjobs"], name)
+            n = util.deep(cj)
+            now = time.time()
+            st = dict(n.get("status") or {})
+            st["lastScheduleTime"] = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now))
+            if ok:
+                st["lastSuccessfulTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+            st.pop("active", None)
+            n["status"] = st
+            sim.api.sys_update("cronjobs", n)
+        return self.send_json(200, {"status": st})
+
+    def node_exec(self, node, body):
+        """A script on a node as a hostNetwork pod there runs it (an operator's
+        DaemonSet): the node's network namespace, where the bridges are."""
+        sim = self.sim
+        cmd = body.get("cmd")
+        if not isinstance(cmd, str):
+            raise errors.bad_request("cmd (a shell command string) is required")
+        with sim.store.lock:
+            if sim.store.get("nodes", "", node) is None:
+                raise errors.not_found(BY_PLURAL["nodes"], node)
+        try:
+            code, out, err = sim.sessnets.node_exec(node, cmd, float(body.get("timeout_s", 30)))
+        except KeyError:
+            # no pod ever had a secondary network there: nothing of ours on it
+            raise errors.ApiError(409, f"node {node} has no network namespace yet (no pod with "
+                                  "a secondary network ran there)", "Conflict") from None
+        return self.send_json(200, {"exit_code": code, "stdout": out, "stderr": err})
 
     def guest_kill(self, ns, name):
         """A lab pod's container dies (SIGKILL to its PID 1, as the OOM killer would)."""

@@ -332,6 +332,113 @@ def nodes_served():
     t.eq(A.get(f"/api/v1/namespaces/{NS}").json["status"]["phase"], "Active", "namespace")
 
 
+def affine_vm(name, sid, memory="1Gi", anti=None):
+    """A VM of session sid whose launcher pod must share a node with the
+    session's others (what labvm asks for a multi-machine session)."""
+    labels = dict(LABELS, **{"labvm.io/session-id": sid})
+    o = vm(name, labels=labels, disk="container", memory=memory)
+    term = {"labelSelector": {"matchLabels": {"labvm.io/session-id": sid}},
+            "topologyKey": "kubernetes.io/hostname"}
+    aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    if anti:
+        aff["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"labvm.io/session-id": anti}},
+             "topologyKey": "kubernetes.io/hostname"}]}
+    o["spec"]["template"]["spec"]["affinity"] = aff
+    return o
+
+
+def node_of(name):
+    return (A.get(VMIS + f"/{name}").json.get("status") or {}).get("nodeName")
+
+
+def pod_scheduled(name):
+    pods = A.get(PODS + f"?labelSelector=vm.kubevirt.io%2Fname%3D{name}").json["items"]
+    c = [c for p in pods for c in (p.get("status") or {}).get("conditions") or []
+         if c["type"] == "PodScheduled"]
+    return c[0] if c else {}
+
+
+@t.test(name="least allocated: three VMs at once spread over the three nodes")
+def least_allocated_spreads():
+    for i in range(3):
+        A.post(VMS, vm(f"spread-{i}", disk="container", memory="512Mi"))
+    for i in range(3):
+        wait_running(sim, f"spread-{i}", 10)
+    nodes = [node_of(f"spread-{i}") for i in range(3)]
+    t.eq(len(set(nodes)), 3, "one per node", nodes)
+    # a bigger VM goes where the least is requested
+    # (placed before anything is freed: the three nodes tie, so it may go to
+    # any of them; the node emptied next is one it did not take)
+    A.post(VMS, vm("spread-big", disk="container", memory="4Gi"))
+    wait_running(sim, "spread-big", 10)
+    big = node_of("spread-big")
+    v = next(i for i in range(3) if nodes[i] != big)
+    A.delete(VMS + f"/spread-{v}")
+    wait_for(lambda: not A.get(PODS + f"?labelSelector=vm.kubevirt.io%2Fname%3Dspread-{v}")
+             .json["items"], 10, what=f"spread-{v}'s pod gone")
+    A.post(VMS, vm("spread-next", disk="container", memory="512Mi"))
+    wait_running(sim, "spread-next", 10)
+    t.eq(node_of("spread-next"), nodes[v], "the next VM takes the emptied node",
+         (nodes, big))
+    for n in [f"spread-{i}" for i in range(3) if i != v] + ["spread-big", "spread-next"]:
+        A.delete(VMS + f"/{n}")
+    wait_for(lambda: not A.get(PODS).json["items"], 10, what="pods gone")
+
+
+@t.test(name="required pod affinity on the session id: a session's VMs share one node")
+def pod_affinity_same_node():
+    for i in range(3):
+        A.post(VMS, affine_vm(f"aff-a{i}", "sess-a", memory="512Mi"))
+    for i in range(3):
+        wait_running(sim, f"aff-a{i}", 10)
+    nodes = {node_of(f"aff-a{i}") for i in range(3)}
+    t.eq(len(nodes), 1, "all three on one node (the first of the group went anywhere)", nodes)
+    # another session's group starts elsewhere (least allocated), then stays together
+    for i in range(2):
+        A.post(VMS, affine_vm(f"aff-b{i}", "sess-b", memory="512Mi"))
+        wait_running(sim, f"aff-b{i}", 10)
+    nb = {node_of(f"aff-b{i}") for i in range(2)}
+    t.eq(len(nb), 1, "session b together", nb)
+    t.ok(nb != nodes, "and not on session a's node", (nodes, nb))
+    # a VM of session a that its node cannot hold waits, named, never elsewhere
+    A.post(VMS, affine_vm("aff-a-big", "sess-a", memory="6Gi"))
+    wait_for(lambda: pod_scheduled("aff-a-big").get("reason") == "Unschedulable", 10,
+             what="aff-a-big unschedulable")
+    msg = pod_scheduled("aff-a-big").get("message", "")
+    t.ok("1 Insufficient memory" in msg and "2 node(s) didn't match pod affinity rules" in msg,
+         "its node is full, the others are not its session's", msg)
+    t.ok("2 Preemption is not helpful for scheduling" in msg, "affinity: unresolvable", msg)
+    for n in ("aff-a0", "aff-a1", "aff-a2", "aff-a-big", "aff-b0", "aff-b1"):
+        A.delete(VMS + f"/{n}")
+    wait_for(lambda: not A.get(PODS).json["items"], 10, what="pods gone")
+
+
+@t.test(name="pod affinity to pods that do not exist, not matching itself: never scheduled")
+def pod_affinity_no_match():
+    o = affine_vm("aff-lone", "sess-x")
+    # the term selects another session's pods, not its own labels
+    o["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"] = {
+        "matchLabels": {"labvm.io/session-id": "sess-nobody"}}
+    A.post(VMS, o)
+    wait_for(lambda: pod_scheduled("aff-lone").get("reason") == "Unschedulable", 10,
+             what="unschedulable")
+    msg = pod_scheduled("aff-lone").get("message", "")
+    t.ok(msg.startswith("0/3 nodes are available: 3 node(s) didn't match pod affinity rules."),
+         "no node: the special case needs the pod to match its own terms", msg)
+    # anti-affinity: a pod refusing session y's node goes elsewhere
+    A.delete(VMS + "/aff-lone")
+    A.post(VMS, affine_vm("anti-y0", "sess-y", memory="512Mi"))
+    wait_running(sim, "anti-y0", 10)
+    A.post(VMS, affine_vm("anti-z0", "sess-z", memory="256Mi", anti="sess-y"))
+    wait_running(sim, "anti-z0", 10)
+    t.ok(node_of("anti-z0") != node_of("anti-y0"), "anti-affinity keeps it off y's node")
+    for n in ("anti-y0", "anti-z0"):
+        A.delete(VMS + f"/{n}")
+    wait_for(lambda: not A.get(PODS).json["items"], 10, what="pods gone")
+
+
 @t.test
 def guests_per_node_are_bounded():
     """--max-guests N: the node's devices.kubevirt.io/kvm (virt-handler's device

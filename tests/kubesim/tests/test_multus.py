@@ -116,5 +116,30 @@ def missing():
     A.delete(VMS + "/m2")
 
 
+@t.test(name="a plugin the nodes lack, or an OVN layer2 NAD naming another: the sandbox fails")
+def plugin_errors():
+    A.post(NADS, nad("n-macvlan", {"cniVersion": "0.3.1", "type": "macvlan", "master": "eth0"}))
+    A.post(NADS, nad("n-ovn-bad", {"cniVersion": "0.3.1", "type": "ovn-k8s-cni-overlay",
+                                   "topology": "layer2", "name": "x",
+                                   "netAttachDefName": f"{NS}/another"}))
+    A.post(NADS, nad("n-ovn", {"cniVersion": "0.3.1", "type": "ovn-k8s-cni-overlay",
+                               "topology": "layer2", "name": "labs-n-ovn",
+                               "netAttachDefName": f"{NS}/n-ovn"}))
+    for vmn, net, want in (("m3", "n-macvlan", 'failed to find plugin "macvlan"'),
+                           ("m4", "n-ovn-bad", "netAttachDefName")):
+        A.post(SECRETS, secret(f"{vmn}-ci", "#cloud-config\n"))
+        A.post(VMS, multus_vm(vmn, net))
+        ev = wait_for(lambda: [e for e in events_for(sim, launcher(vmn)["metadata"]["name"])
+                               if e["reason"] == "FailedCreatePodSandBox"]
+                      if launcher(vmn) else None, 10, what=f"{vmn}: FailedCreatePodSandBox")
+        t.ok(want in ev[0]["message"], f"{net}: the CNI's error", ev[0]["message"])
+        A.delete(VMS + f"/{vmn}")
+    A.post(SECRETS, secret("m5-ci", "#cloud-config\n"))
+    A.post(VMS, multus_vm("m5", "n-ovn"))
+    wait_running(sim, "m5", 10)
+    t.ok(True, "an OVN-Kubernetes layer2 NAD of its own name starts")
+    A.delete(VMS + "/m5")
+
+
 sim.stop()
 t.done()

@@ -13,6 +13,23 @@ VMI_FINALIZERS = ["kubevirt.io/virtualMachineControllerFinalize",
 KV = "kubevirt.io/v1"
 
 
+def launcher_overhead(vmi_spec):
+    """KubeVirt's memory overhead of a VMI's launcher pod (kubevirt/kubevirt
+    pkg/hypervisor/kvm/hypervisorbackend.go GetMemoryOverhead, x86-64, the
+    parts a lab VM has): the page tables (guest memory / 512), the fixed
+    25Mi + 100Mi + 25Mi + 40Mi + 50Mi of virt-launcher-monitor, virt-launcher,
+    virtlogd, virtqemud and QEMU, 8Mi per vCPU, 8Mi for the IOThread, and
+    32Mi of video RAM (autoattachGraphicsDevice defaults to true)."""
+    cpu = dig(vmi_spec, "domain", "cpu") or {}
+    vcpus = 1
+    if cpu:
+        vcpus = max(1, int(cpu.get("cores") or 1) * int(cpu.get("sockets") or 1) *
+                    int(cpu.get("threads") or 1))
+    graphics = dig(vmi_spec, "domain", "devices", "autoattachGraphicsDevice")
+    return (mem_request(vmi_spec) // 512 + (25 + 100 + 25 + 40 + 50) * MI + 8 * MI * vcpus +
+            8 * MI + (32 * MI if graphics is None or graphics else 0))
+
+
 def mem_request(vmi_spec):
     q = dig(vmi_spec, "domain", "resources", "requests", "memory") or \
         dig(vmi_spec, "domain", "memory", "guest") or \

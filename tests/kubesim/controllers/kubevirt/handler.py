@@ -155,23 +155,37 @@ class VirtHandler(Controller):
             out.append(e)
         return out
 
-    def _session_nets(self, vmi):
+    def _session_nets(self, vmi, node):
         """What the guest's secondary interfaces are (sessnet.py): per multus
-        network its NAD's bridge, the interface's MAC, the addresses of static
-        IPAM and of the guest's own cloud-init network data."""
+        network its L2 domain (the CNI bridge plugin's bridge on the launcher
+        pod's node; an OVN-Kubernetes layer2 network's cluster-wide switch),
+        the interface's MAC and its pod-side name, the addresses of static IPAM
+        and of the guest's own cloud-init network data."""
         ns = vmi["metadata"].get("namespace")
         guest = multus.guest_network_data(self._networkdata(vmi))
         out = []
         for i, (name, itf, (nns, nname)) in enumerate(multus.vmi_multus(vmi)):
             nad = self.store.get("network-attachment-definitions", nns or ns, nname)
             conf, err = multus.cni_config(nad)
-            if err or conf.get("type") != "bridge":
+            if err:
                 continue        # the kubelet did not start the pod without it
+            domain, bridge = multus.l2_domain(conf, node)
+            if domain is None:
+                continue
             mac = (itf.get("macAddress") or "").lower() or None
-            out.append({"key": nad["metadata"]["uid"], "bridge": multus.bridge_name(conf, nad),
-                        "ifname": f"eth{i + 1}", "mac": mac,
+            out.append({"domain": domain, "bridge": bridge, "ifname": f"eth{i + 1}",
+                        "pod_iface": multus.pod_iface_name(name), "mac": mac,
                         "addresses": multus.static_ips(conf) + guest.get(mac or "", [])})
         return out
+
+    @staticmethod
+    def _pod_mac(vmi):
+        spec = vmi.get("spec") or {}
+        pod_nets = {n.get("name") for n in spec.get("networks") or [] if "pod" in n}
+        for itf in dig(spec, "domain", "devices", "interfaces") or []:
+            if itf.get("name") in pod_nets and itf.get("macAddress"):
+                return itf["macAddress"].lower()
+        return None
 
     def _networkdata(self, vmi):
         ns = vmi["metadata"].get("namespace")
@@ -246,14 +260,26 @@ class VirtHandler(Controller):
                   cpus=int(dig(spec, "domain", "cpu", "cores") or 1), disk=self._disk(vmi),
                   boot_delay=self.profile.delay("guest_boot"),
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log)
+        nets = self._session_nets(vmi, dig(pod, "spec", "nodeName"))
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
             kw["net"] = self.sim.podnet
-            nets = self._session_nets(vmi)
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             if nets:
                 kw.update(session_nets=nets, sessnets=self.sim.sessnets)
         if getattr(cls, "kind", "") == "qemu":
             kw["net"] = self.sim.podnet
+            # the pod network interface's MAC (KubeVirt gives the guest NIC the
+            # interface's macAddress), and the bridge-binding secondary NICs
+            kw["pod_mac"] = self._pod_mac(vmi)
+            # KubeVirt writes cloudInitNoCloud's network data to the seed's
+            # network-config (pkg/cloud-init/cloud-init.go GenerateLocalData)
+            kw["networkdata"] = self._networkdata(vmi)
+            if nets:
+                kw.update(session_nets=nets, sessnets=self.sim.sessnets)
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
             kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
                       image_dir=getattr(self.sim.args, "guest_image_dir", None))

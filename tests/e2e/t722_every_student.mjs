@@ -1,5 +1,5 @@
 // timeout: 600
-/* t720: the student page for every student (issue #22), in Chromium
+/* t722: the student page for every student (issue #22), in Chromium
  * (playwright-core driving Debian's /usr/bin/chromium):
  *
  *   - delivery, on each front end: the lesson list comes without xterm.js;
@@ -95,13 +95,24 @@ async function delivery(browser, fe, sc) {
       const paths = got.map((r) => new URL(r.url()).pathname);
       assert(!paths.some((p) => p.startsWith('/vendor/')), 'nothing from /vendor/ before a lab starts', paths);
       assert(await page.evaluate(() => typeof window.Terminal === 'undefined'), 'xterm.js is not loaded');
-      for (const p of ['/', '/app.js', '/app.css', '/i18n.js']) {
+      for (const p of ['/', '/app.js', '/app.css', '/i18n.js', '/text.js', '/api.js']) {
         const r = got.find((x) => new URL(x.url()).pathname === p);
         assert(r, `${p} was loaded`);
         const h = await r.allHeaders();
         assert(/^(br|gzip)$/.test(h['content-encoding'] || ''), `${p} is compressed`, h['content-encoding'] || '(none)');
         assert(/no-cache/.test(h['cache-control'] || ''), `${p} revalidates`, h['cache-control']);
       }
+      // what a lab loads later (the lab's own scripts, the guide's): compressed, revalidated too
+      const later = await page.evaluate(async () => {
+        const out = [];
+        for (const u of [...window.labvm.labScripts, '/guide.js', '/guide.css']) {
+          const r = await fetch(u);
+          out.push({ u, status: r.status, enc: r.headers.get('content-encoding'), cc: r.headers.get('cache-control') });
+        }
+        return out;
+      });
+      assert(later.length >= 6 && later.every((x) => x.status === 200 && /^(br|gzip)$/.test(x.enc || '') && /no-cache/.test(x.cc || '')),
+        'the lab\'s files are compressed and revalidate', later);
       const v = await page.evaluate(async () => {
         const m = await (await fetch('/vendor/manifest.json')).json();
         const out = {};
