@@ -33,6 +33,7 @@
 #include "cloudinit.h"
 #include "golden.h"
 #include "jsonx.h"
+#include "locks.h"
 #include "log.h"
 #include "manifest.h"
 #include "nodefit.h"
@@ -42,8 +43,6 @@
 #include "session.h"
 #include "ticket.h"
 
-#define LOCK_USER        "7301"
-#define LOCK_CAPACITY    "7302"
 #define GRADE_OUTPUT_MAX 8192
 #define GRADE_TRUNCATED  "\n[output truncated]"
 

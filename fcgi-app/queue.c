@@ -9,10 +9,10 @@
 
 #include "jsonx.h"
 #include "lesson.h"
+#include "locks.h"
 #include "log.h"
 #include "session.h"
 
-#define LOCK_LINE "7306"
 #define PUMP_MAX  16 /* admissions one request makes at most */
 
 const char *queue_pool(const struct lesson *l)

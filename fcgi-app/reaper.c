@@ -38,13 +38,12 @@
 
 #include "jsonx.h"
 #include "lab.h"
+#include "locks.h"
 #include "log.h"
 #include "manifest.h"
 #include "metrics.h"
 #include "pool.h"
 #include "session.h"
-
-#define LOCK_REAPER "7303"
 
 struct counts {
 	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
@@ -335,7 +334,7 @@ static void vanished_one(struct labctx *x, const char *id, struct objs *vms, str
 	session_free(&s);
 }
 
-/* A start holds its user's advisory lock (7301) from before its first
+/* A start holds its user's advisory lock (LOCK_USER) from before its first
  * cluster object until its commit: when none is held after the objects were
  * listed, every listed object without an active session is an orphan,
  * whatever its age. A --grace shorter than the longest start is used only
@@ -344,7 +343,7 @@ static int starts_in_flight(struct labctx *x)
 {
 	PGresult *r = db_exec(&x->db,
 	                      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-	                      "classid = 7301 AND objsubid = 2 AND granted",
+	                      "classid = " LOCK_USER " AND objsubid = 2 AND granted",
 	                      0, NULL);
 	if (!r)
 		return -1;

@@ -18,6 +18,7 @@
 #include "jsonx.h"
 #include "kube.h"
 #include "lab.h"
+#include "locks.h"
 #include "log.h"
 #include "session.h"
 
@@ -272,14 +273,14 @@ static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
 	return -1;
 }
 
-/* One process drives a session at a time (sql/locks.md, 7305): 1 this one
+/* One process drives a session at a time (LOCK_DRIVE, sql/locks.md): 1 this one
  * does now, 0 another one does, -1 database trouble. */
 static int drive_lock(struct labctx *x, const char *id, int take)
 {
 	const char *p[1] = {id};
 	PGresult *r = db_exec(&x->db,
-	                      take ? "SELECT pg_try_advisory_lock(7305, hashtext($1))"
-	                           : "SELECT pg_advisory_unlock(7305, hashtext($1))",
+	                      take ? "SELECT pg_try_advisory_lock(" LOCK_DRIVE ", hashtext($1))"
+	                           : "SELECT pg_advisory_unlock(" LOCK_DRIVE ", hashtext($1))",
 	                      1, p);
 	if (!r)
 		return -1;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "metrics.h"
+#include "callstats.h"
 #include "util.h"
 
 void db_init(struct db *d, const char *conninfo)
@@ -93,7 +93,7 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	r = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
 	d->ms += (util_mono_s() - t0) * 1000.0;
 	st = PQresultStatus(r);
-	metrics_call(MC_DB, sql, util_mono_s() - t0,
+	callstats_add(CALL_DB, sql, util_mono_s() - t0,
 	             !(r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)));
 	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
 		return r;

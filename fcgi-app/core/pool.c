@@ -12,12 +12,11 @@
 #include "cloudinit.h"
 #include "golden.h"
 #include "jsonx.h"
+#include "locks.h"
 #include "log.h"
 #include "manifest.h"
 #include "util.h"
 
-#define LOCK_CAPACITY  "7302" /* the admission's capacity lock (sql/locks.md) */
-#define LOCK_POOL      "7304" /* one pool upkeep at a time per environment */
 #define CLAIM_TRIES    4
 #define CLAIM_AGENT_MS 1000 /* the claim's look at a pool VM's agent */
 #define POOL_ERROR_MAX 1023 /* bytes of a retired VM's error kept in its row */
