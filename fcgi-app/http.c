@@ -268,3 +268,11 @@ void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
 	resp_error_json(r, e, error_json(e, msg));
 	free(msg);
 }
+
+enum hres api_db_error(struct req *r)
+{
+	if (r->x->db.broken)
+		return H_DB_LOST;
+	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
+	return H_DONE;
+}

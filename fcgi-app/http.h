@@ -82,6 +82,11 @@ void resp_json(struct req *r, int status, cJSON *body);
  * ETag when etag is not NULL; body NULL: no body (304 Not Modified). */
 void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_control,
                       const char *etag);
+/* What a handler returns (api.h): its one answer was written, or the
+ * database connection dropped before anything changed in the cluster (the
+ * router reconnects and runs the handler once more). */
+enum hres { H_DONE = 0, H_DB_LOST = 1 };
+
 /* {"error": code, "message": ...} with the error's status. */
 void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -89,5 +94,8 @@ void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
  * resp_error_json() (which takes ownership). */
 cJSON *error_json(enum api_err e, const char *message);
 void resp_error_json(struct req *r, enum api_err e, cJSON *o);
+/* A database failure: H_DB_LOST when the connection dropped (a retry may
+ * help), else 503 db_unavailable answered and H_DONE. */
+enum hres api_db_error(struct req *r);
 
 #endif

@@ -10,7 +10,6 @@
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
-#include "queue.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -19,33 +18,36 @@ struct route {
 	const char *pattern; /* '*' matches one path segment: the {id} */
 	handler_fn fn;
 	unsigned needs;
-	const char *not_ready; /* NEED_READY: the end of the 409 message */
+	const char *not_ready;     /* NEED_READY: the end of the 409 message */
+	enum queued_answer queued; /* a session route, for a place in the line */
 };
 
 #define OWN_SESSION (NEED_USER | NEED_SESSION)
+#define OPERATOR    (NEED_USER | NEED_OPERATOR)
 
 static const struct route routes[] = {
-    {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
-    {"GET", "/api/lessons/*/guide", api_lesson_guide, NEED_USER, NULL},
-    {"GET", "/api/healthz", api_healthz, 0, NULL},
-    {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
-    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},
-    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON, NULL},
-    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL},
+    {"GET", "/api/lessons", api_lessons, NEED_USER, NULL, 0},
+    {"GET", "/api/lessons/*/guide", api_lesson_guide, NEED_USER, NULL, 0},
+    {"GET", "/api/healthz", api_healthz, 0, NULL, 0},
+    {"GET", "/api/metrics", api_metrics, OPERATOR, NULL, 0},
+    {"GET", "/api/operator/overview", api_operator_overview, OPERATOR, NULL, 0},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, OPERATOR | NEED_JSON, NULL, 0},
+    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL, 0},
     {"GET", "/api/sessions/current", api_session_get, NEED_USER | NEED_CURRENT | NEED_ADVANCED,
-     NULL},
-    {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL},
-    {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL},
-    {"GET", "/api/sessions/*/events", api_session_events, OWN_SESSION | NEED_ADVANCED, NULL},
+     NULL, QUEUED_POLL},
+    {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL, QUEUED_POLL},
+    {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL, QUEUED_LEAVE},
+    {"GET", "/api/sessions/*/events", api_session_events, OWN_SESSION | NEED_ADVANCED, NULL,
+     QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/grade", api_session_grade, OWN_SESSION | NEED_JSON | NEED_READY,
-     "nothing to grade"},
+     "nothing to grade", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
-     OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
+     OWN_SESSION | NEED_JSON | NEED_READY, "no console yet", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/tty-size", api_tty_size,
-     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
-    {"GET", "/api/operator/pool", api_pool_get, NEED_USER, NULL},
-    {"POST", "/api/operator/pool", api_pool_warm, NEED_USER | NEED_JSON, NULL},
-    {"DELETE", "/api/operator/pool/*", api_pool_cancel, NEED_USER, NULL},
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet", QUEUED_NOT_READY},
+    {"GET", "/api/operator/pool", api_pool_get, OPERATOR, NULL, 0},
+    {"POST", "/api/operator/pool", api_pool_warm, OPERATOR | NEED_JSON, NULL, 0},
+    {"DELETE", "/api/operator/pool/*", api_pool_cancel, OPERATOR, NULL, 0},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -104,8 +106,8 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		*h = api_db_error(r);
 		return -1;
 	}
-	/* no session: a place in the waiting line answers for itself (queue.c) */
-	if (rc == SESSION_NONE && queue_route(r, rt->fn, (n & NEED_CURRENT) != 0, h))
+	/* no session: a place in the waiting line answers as the route says */
+	if (rc == SESSION_NONE && api_queue_route(r, rt->queued, (n & NEED_CURRENT) != 0, h))
 		return -1;
 	if (rc == SESSION_NONE && (n & NEED_CURRENT)) {
 		resp_error(r, E_NO_SESSION, "you have no open lab session");
@@ -130,6 +132,24 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 	return 0;
 }
 
+/* labvm.conf `operators`: a comma or space separated list of REMOTE_USERs. */
+static int is_operator(const struct cfg *c, const char *user)
+{
+	const char *p = c->operators;
+	size_t n = user ? strlen(user) : 0;
+	if (!n || !p)
+		return 0;
+	while (*p) {
+		while (*p == ',' || *p == ' ' || *p == '\t')
+			p++;
+		size_t w = strcspn(p, ", \t");
+		if (w == n && strncmp(p, user, n) == 0)
+			return 1;
+		p += w;
+	}
+	return 0;
+}
+
 static enum hres run(struct req *r, const struct route *rt)
 {
 	if ((rt->needs & NEED_USER) && !r->user) {
@@ -140,6 +160,10 @@ static enum hres run(struct req *r, const struct route *rt)
 		resp_error(r, E_USER_TOO_LONG,
 		           "the user name is %zu bytes long; labvm accepts at most %d bytes",
 		           strlen(r->user), TICKET_USER_MAX);
+		return H_DONE;
+	}
+	if ((rt->needs & NEED_OPERATOR) && !is_operator(r->x->cfg, r->user)) {
+		resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {

@@ -15,13 +15,8 @@
  * Nothing here is state that outlives a request: the event ids are database
  * sequence numbers, so any process resumes any stream (Last-Event-ID).
  *
- * Drivers: while a stream watches a starting session, one of stream_drivers
- * threads moves it on the moment something happens (instead of at the
- * page's next poll): session_advance() as the status GET does, then a VMI
- * watch (until the phase changes) or the agent's held GET /ready?wait=S
- * (until the flag appears), each bounded by the stage's deadline, so a
- * stuck watch or agent costs that driver at most the time left. Nobody
- * watching: the status GET and the reaper move sessions on, as before. */
+ * A stream that watches a starting session has it driven meanwhile
+ * (drive.h): drive_watch() when adopted, drive_unwatch() when it ends. */
 #ifndef LABVM_FCGI_STREAM_H
 #define LABVM_FCGI_STREAM_H
 
@@ -31,7 +26,7 @@
 #include "lesson.h"
 #include "session.h"
 
-/* Start the stream thread and the drivers. 0 ok, -1 failure (logged). */
+/* Start the stream thread. 0 ok, -1 failure (logged). */
 int stream_start(const struct cfg *c, const struct lessons *ls);
 /* End every open stream (the clients reconnect elsewhere) and stop. */
 void stream_stop(void);

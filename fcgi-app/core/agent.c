@@ -6,10 +6,10 @@
 
 #include <openssl/crypto.h>
 
+#include "callstats.h"
 #include "httpc.h"
 #include "jsonx.h"
 #include "log.h"
-#include "callstats.h"
 
 #define AGENT_MAX_BODY (1u << 20)
 #define SEEN_READY_S   2.0 /* how long a held answer's "ready" stands for a new look */

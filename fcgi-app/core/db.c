@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
 #include "callstats.h"
+#include "log.h"
 #include "util.h"
 
 void db_init(struct db *d, const char *conninfo)
@@ -94,7 +94,7 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	d->ms += (util_mono_s() - t0) * 1000.0;
 	st = PQresultStatus(r);
 	callstats_add(CALL_DB, sql, util_mono_s() - t0,
-	             !(r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)));
+	              !(r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)));
 	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
 		return r;
 	set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));

@@ -9,9 +9,9 @@
 
 #include <openssl/crypto.h>
 
+#include "callstats.h"
 #include "httpc.h"
 #include "log.h"
-#include "callstats.h"
 
 #define KUBE_MAX_BODY  (32u << 20)
 #define TOKEN_REREAD_S 60.0

@@ -1,21 +1,32 @@
-/* session.h - a lab session as stored in PostgreSQL, its JSON form, and the
- * state machine shared by labvm.fcgi and labvm-reaper:
+/* session.h - a lab session as stored in PostgreSQL (its row, its machines,
+ * its JSON form, its events), what is due for it, and the leases; shared by
+ * labvm.fcgi, labvm-reaper and labvm-console:
  *
- *   starting --VMI Running--> (running_at) --agent /ready 200--> ready
- *   starting --deadline or setup failure--> failed   (VM and Secret deleted)
- *   starting|ready --user, expiry--> ended            (VM and Secret deleted)
+ *   starting --every machine Running--> (running_at) --every machine ready--> ready
+ *   starting --deadline or setup failure--> failed   (machines and Secrets deleted)
+ *   starting|ready --user, operator, expiry--> ended (machines and Secrets deleted)
  *
- * Every transition is a conditional UPDATE, so concurrent pollers (several
- * browser tabs, several FastCGI processes, the reaper) record each timestamp
- * once and the first one to decide wins.
+ * Every transition is a conditional UPDATE (session_change.h, their only
+ * writer), so concurrent pollers (several browser tabs, several FastCGI
+ * processes, the reaper) record each timestamp once and the first one to
+ * decide wins. What moves a starting session on is its runtime's look
+ * (runtime.h advance), as session_due() says it is due (advance.c).
  *
- * To add a stage: a value in enum session_stage and its name in stage_names
- * (session.c), the same name in the CHECK constraint (a new sql/ migration),
- * set_stage() where the cluster or the agent shows it (advance_running or
- * advance_ready in session.c); if it has a deadline of its own, a case in
- * session_due() and a row in tests/unit/test_session_due.c; its label on
- * the page (web/app.js, web/i18n.js). The reaper and the API follow
- * session_due() and need no change. */
+ * To add a stage:
+ *   - its value in enum session_stage (below, in order) and its name in
+ *     stage_names (session.c), the same name in both CHECK constraints
+ *     (sessions.stage, session_vms.stage: a new sql/NNN_*.sql migration,
+ *     which sql/migrate applies);
+ *   - where the cluster or the agent shows it: session_set_stage() /
+ *     session_set_vm_stage() (session_change.h) in the runtime's look
+ *     (runtime_vm.c look_running, runtime_pod.c look_running); if it has a
+ *     deadline of its own, a case in session_due() (advance.c) and rows in
+ *     tests/unit/test_session_due.c;
+ *   - its label on the pages: web/session.js (STAGES), web/index.html (the
+ *     <li data-stage> list), web/i18n.js (stage.* and stage.short.*, EN and
+ *     JA; the operator page reads them too).
+ * The reaper, the API, the event stream and the metrics follow session_due()
+ * and the names and need no change. */
 #ifndef LABVM_CORE_SESSION_H
 #define LABVM_CORE_SESSION_H
 
@@ -75,6 +86,8 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 /* The user's active (starting or ready) session. */
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
+/* Load s again by its id (after a change). 0 / -1. */
+int session_reload(struct labctx *x, struct session *s);
 
 /* A stage or state change, as recorded by sql/007_session_events.sql: the
  * session as it was right after the change (s.t_now is the time of the
@@ -128,40 +141,20 @@ enum session_lease_kind { LEASE_PROBE, LEASE_GRADE, LEASE_TTY };
 int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms);
 void session_lease_release(struct labctx *x, const char *id, enum session_lease_kind k);
 
-/* Re-read the session's VMI before its agent token goes anywhere: the VMI
- * named after the VM, labelled with this session's id, Running, with an
- * address. A new VMI (the VM was powered off and on: new uid, new address)
- * is recorded. 0 vm->ip is this session's VMI's address now; -1 not (msg). */
-int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm, char *msg,
-                      size_t msglen);
-
 /* The API's JSON form (no secrets). */
 cJSON *session_json(const struct session *s);
 
-/* Move a starting session on (readiness, deadlines) and end an expired one;
- * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
+/* Move a starting session on (readiness, deadlines: its runtime's look,
+ * runtime.h) and end an expired one (advance.c); reloads s when it changed.
+ * 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
 
 /* The longest error a session row keeps, in bytes (cut on a character). */
 #define SESSION_ERROR_MAX 1023
 
-/* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
- * its cluster objects. error (any bytes: a guest's or a Pod's text) is
- * stored as valid UTF-8, cut to SESSION_ERROR_MAX. Should the row refuse it
- * anyway, a fixed ASCII error is stored instead; the objects are deleted
- * whether or not the row could be written (a session that cannot be marked
- * ended now holds no seat: its next look finds its machines gone).
- * Idempotent; reloads s. 0 ok, -1 database trouble. */
-int session_finish(struct labctx *x, struct session *s, enum session_state state,
-                   const char *end_reason, const char *error);
-
 /* A lab Pod (as the API shows it) that has ended: 1 and why in out (the
  * container's exit code, reason and message; valid UTF-8, cut on a
- * character to fit n), else 0. */
+ * character to fit n), else 0 (runtime_pod.c: its runtime's ended()). */
 int session_pod_ended(const cJSON *pod, char *out, size_t n);
-
-/* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
- * them deleted in the database. Returns how many objects could not be deleted. */
-int session_delete_objects(struct labctx *x, struct session *s);
 
 #endif
