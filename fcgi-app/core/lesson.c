@@ -117,6 +117,35 @@ static int parse_guide_paths(const cJSON *o, struct lesson *l, char *err, size_t
 static void guide_free(struct lesson_guide *g);
 static int parse_machines(const cJSON *o, struct lesson *l, char *err, size_t errlen);
 
+/* "teachers": ["user", ...]: REMOTE_USERs (1..128 bytes, no control bytes) */
+static int parse_teachers(const cJSON *o, struct lesson *l, char *err, size_t errlen)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "teachers"), *it;
+	if (!a || cJSON_IsNull(a))
+		return 0;
+	if (!cJSON_IsArray(a)) {
+		snprintf(err, errlen, "\"teachers\" must be an array of user names");
+		return -1;
+	}
+	l->teachers = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->teachers);
+	cJSON_ArrayForEach(it, a)
+	{
+		int ok = cJSON_IsString(it) && it->valuestring[0] && strlen(it->valuestring) <= 128;
+		for (const char *c = ok ? it->valuestring : ""; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				ok = 0;
+		if (!ok) {
+			snprintf(err, errlen,
+			         "teachers[%zu]: must be a user name (1..128 bytes, no control "
+			         "characters)",
+			         l->nteachers);
+			return -1;
+		}
+		l->teachers[l->nteachers++] = xstrdup(it->valuestring);
+	}
+	return 0;
+}
+
 /* One lesson (or one machine's merged view of it) from its JSON object. */
 static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char *err, size_t errlen)
 {
@@ -663,6 +692,8 @@ int lesson_parse(const char *json, size_t len, struct lesson *l, char *err, size
 		goto fail;
 	if (parse_guide_paths(o, l, err, errlen) < 0)
 		goto fail;
+	if (parse_teachers(o, l, err, errlen) < 0)
+		goto fail;
 	if (parse_machines(o, l, err, errlen) < 0)
 		goto fail;
 	/* the machines' own steps were collected first: the lesson's go in front */
@@ -697,6 +728,14 @@ fail:
 	cJSON_Delete(o);
 	lesson_free(l);
 	return -1;
+}
+
+int lesson_has_teacher(const struct lesson *l, const char *user)
+{
+	for (size_t i = 0; user && i < l->nteachers; i++)
+		if (strcmp(l->teachers[i], user) == 0)
+			return 1;
+	return 0;
 }
 
 size_t lesson_nmachines(const struct lesson *l)
@@ -785,6 +824,9 @@ const struct lesson *lessons_find(const struct lessons *ls, const char *id)
 
 void lesson_free(struct lesson *l)
 {
+	for (size_t i = 0; i < l->nteachers; i++)
+		free(l->teachers[i]);
+	free(l->teachers);
 	for (size_t i = 0; i < l->nfiles; i++) {
 		free(l->files[i].path);
 		free(l->files[i].content);
