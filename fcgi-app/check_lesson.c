@@ -278,6 +278,7 @@ static const char *const top_keys[] = {"id",
                                        "machines",
                                        "guide",
                                        "shell",
+                                       "teachers",
                                        NULL};
 static const char *const file_keys[] = {"path", "content", "mode", NULL};
 static const char *const step_keys[] = {"name", "command", "timeout_s", "machine", "i18n", NULL};
