@@ -190,11 +190,17 @@ enum hres api_session_grade(struct req *r)
 	if (db_cmd(&x->db,
 	           "WITH g AS (UPDATE sessions SET last_grade = $2::jsonb, "
 	           "graded_at = clock_timestamp(), grade_until = NULL WHERE id = $1::uuid "
-	           "RETURNING id, graded_at) "
-	           "INSERT INTO grade_steps (session_id, graded_at, ord, machine, step, passed) "
-	           "SELECT g.id, g.graded_at, e.ord - 1, e.v->>'machine', e.v->>'name', "
-	           "(e.v->>'passed')::boolean FROM g, "
-	           "jsonb_array_elements($2::jsonb->'steps') WITH ORDINALITY AS e(v, ord)",
+	           "RETURNING id, graded_at), "
+	           "e AS (SELECT v, ord FROM jsonb_array_elements($2::jsonb->'steps') "
+	           "WITH ORDINALITY AS e(v, ord)), "
+	           "steps AS (INSERT INTO grade_steps (session_id, graded_at, ord, machine, step, "
+	           "passed) SELECT g.id, g.graded_at, e.ord - 1, e.v->>'machine', e.v->>'name', "
+	           "(e.v->>'passed')::boolean FROM g, e) "
+	           "INSERT INTO grades (session_id, graded_at, passed, total, results) "
+	           "SELECT g.id, g.graded_at, ($2::jsonb->>'passed')::int, "
+	           "jsonb_array_length($2::jsonb->'steps'), coalesce((SELECT string_agg(CASE WHEN "
+	           "(e.v->>'passed')::boolean THEN '1' ELSE '0' END, '' ORDER BY e.ord) FROM e), "
+	           "'') FROM g",
 	           2, p) < 0) {
 		log_warn("session %s: storing the grade failed: %s", s->id, x->db.msg);
 		session_lease_release(x, s->id, LEASE_GRADE);

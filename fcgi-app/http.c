@@ -196,6 +196,17 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
                       const char *etag)
 {
 	char *json = body ? jx_print(body) : NULL;
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
+	if (cJSON_IsString(ec))
+		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
+	resp_json_text(r, status, json, cache_control, etag);
+	cJSON_free(json);
+	cJSON_Delete(body);
+}
+
+void resp_json_text(struct req *r, int status, const char *json, const char *cache_control,
+                    const char *etag)
+{
 	struct labctx *x = r->x;
 	size_t jlen = json ? strlen(json) : 0;
 	char *clean = NULL;
@@ -210,9 +221,6 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
-	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
-	if (cJSON_IsString(ec))
-		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
 	             "%s"
@@ -232,8 +240,6 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	if (FCGX_GetError(r->fr->out))
 		log_warn("writing the response failed (client gone?)");
 	free(clean);
-	cJSON_free(json);
-	cJSON_Delete(body);
 }
 
 void resp_raw(struct req *r, int status, const char *content_type, const char *body, size_t len)
