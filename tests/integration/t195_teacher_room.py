@@ -235,18 +235,24 @@ def view_and_control():
                                   for w in mine_api.get(sid).json["watchers"]], 10,
                          what="a watcher in the session JSON")
         t.eq(got, [("teacher2", "view")], "the student's session JSON: teacher2 watches (view)")
-        await v.send(b"touch /root/typed-by-viewer\r")
-        await v.send(b"\x03")  # a ^C too
-        await asyncio.sleep(1.0)
-        wait_until(lambda: console_stats()["view_dropped"] >= dropped0 + 28, 10,
-                   what="the bridge counts the dropped bytes")
-        # a student's console still types (positive control)
+        # the student's console beside it: the shell is up and echoes
         sk = mine_api.ticket(sid)
         c = await Console.open(mine_api.base, sk.json["url"], "student371")
         t.ok(await c.opened(20), "the student's console opens beside it")
         await c.send(b"echo student-$((40+2))\r")
         t.ok(await v.until(lambda x: b"student-42" in x.out, 10),
              "the viewer sees the student's output")
+        # the viewer types; then the student: the shell reads its input in
+        # order, so had the viewer's bytes arrived, they ran before this echo
+        # (no ^C after it: the tty flushes its pending input on one)
+        await v.send(b"touch /root/typed-by-viewer\r")
+        await asyncio.sleep(0.5)
+        await c.send(b"echo after-$((1+1))\r")
+        t.ok(await v.until(lambda x: b"after-2" in x.out, 10), "the student's next line ran")
+        seen = kube.guest_exec(vm, "ls /root").get("stdout", "")
+        t.ok("typed-by-viewer" not in seen, "view: the keystrokes did not reach the guest", seen)
+        t.ok(console_stats()["view_dropped"] >= dropped0 + 28,
+             "the bridge counts the dropped bytes", console_stats()["view_dropped"] - dropped0)
         await c.close()
         await v.close()
         # take over: a control ticket types
