@@ -283,6 +283,10 @@ static cJSON *class_json(struct labctx *x, const struct lesson *l)
 	    "(SELECT json_agg(json_build_array(v.vm_name, v.machine, v.stage) "
 	    "ORDER BY v.ord, v.vm_name)::text FROM session_vms v WHERE v.session_id = "
 	    "s.id), " GRADE_ROWS
+	    /* issue #28's columns, where the schema has them (sql/012): read
+	     * through the row's JSON, so the class works with or without them */
+	    ", labvm_ts((to_jsonb(s)->>'idle_ends_at')::timestamptz), "
+	    "labvm_ts((to_jsonb(s)->>'last_activity_at')::timestamptz)"
 	    " FROM (SELECT DISTINCT ON (user_name) * FROM sessions WHERE environment = $1 AND "
 	    "lesson = $2 AND created_at >= date_trunc('day', now()) "
 	    "ORDER BY user_name, created_at DESC) s ORDER BY s.user_name",
@@ -333,6 +337,8 @@ static cJSON *class_json(struct labctx *x, const struct lesson *l)
 		jx_add_str(s, "expires_at", db_val(res, i, 7));
 		jx_add_str(s, "ended_at", db_val(res, i, 8));
 		jx_add_str(s, "end_reason", db_val(res, i, 9));
+		jx_add_str(s, "idle_ends_at", db_val(res, i, 13));
+		jx_add_str(s, "last_activity_at", db_val(res, i, 14));
 		cJSON *w = cJSON_Parse(db_val(res, i, 10) ? db_val(res, i, 10) : "[]");
 		if (!cJSON_IsArray(w)) {
 			cJSON_Delete(w);

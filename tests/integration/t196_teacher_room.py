@@ -163,6 +163,11 @@ def grade_history():
     t.eq(c.status, 200, "teacher3's class", c)
     row = next(s for s in c.json["students"] if s["user"] == "student372")
     t.eq(row["session"]["id"], other["id"], "the row is the student's session")
+    for k in ("state", "stage", "created_at", "ready_at", "expires_at", "idle_ends_at",
+              "last_activity_at", "watchers", "machines"):
+        t.ok(k in row["session"], f"the row's session has {k}", row["session"])
+    t.eq(row["session"]["ready_at"], other_api.get(other["id"]).json["ready_at"],
+         "its ready_at is the session's")
     t.eq(len(row["grades"]), 2, "the class row has every grade", row)
     t.eq([s["passed"] for s in row["steps"]], [True, True, False], "ticks: the latest result")
     t.eq(row["progress"]["passed"], 2, "progress: 2 of 3")
