@@ -270,27 +270,47 @@ static void add_ticks(cJSON *row, const struct lesson *l, const signed char *lat
 	jx_add_str(pr, "graded_at", last ? kj_str(last, "at") : NULL);
 }
 
+/* Issue #28's columns (sql/012: idle_ends_at, last_activity_at): 1 when
+ * the schema has them, asked once per process (a migration comes with a
+ * restart). */
+static int idle_columns(struct labctx *x)
+{
+	static _Atomic int known = -1;
+	if (known >= 0)
+		return known;
+	PGresult *r =
+	    db_exec(&x->db,
+	            "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+	            "current_schema() AND table_name = 'sessions' AND column_name IN "
+	            "('idle_ends_at', 'last_activity_at')",
+	            0, NULL);
+	if (!r)
+		return 0; /* asked again next time */
+	int has = atoi(PQgetvalue(r, 0, 0)) == 2;
+	PQclear(r);
+	known = has;
+	return has;
+}
+
 /* The class of lesson l today: students (the newest session of each) and
  * the line. NULL on database trouble. */
 static cJSON *class_json(struct labctx *x, const struct lesson *l)
 {
 	const char *p[2] = {x->cfg->environment, l->id};
-	PGresult *res = db_exec(
-	    &x->db,
+	char *sql = xasprintf(
 	    "SELECT s.user_name, s.id::text, s.state, s.stage, s.runtime, labvm_ts(s.created_at), "
 	    "labvm_ts(s.ready_at), labvm_ts(s.expires_at), labvm_ts(s.ended_at), s.end_reason, "
 	    "s.watchers::text, "
 	    "(SELECT json_agg(json_build_array(v.vm_name, v.machine, v.stage) "
 	    "ORDER BY v.ord, v.vm_name)::text FROM session_vms v WHERE v.session_id = "
 	    "s.id), " GRADE_ROWS
-	    /* issue #28's columns, where the schema has them (sql/012): read
-	     * through the row's JSON, so the class works with or without them */
-	    ", labvm_ts((to_jsonb(s)->>'idle_ends_at')::timestamptz), "
-	    "labvm_ts((to_jsonb(s)->>'last_activity_at')::timestamptz)"
-	    " FROM (SELECT DISTINCT ON (user_name) * FROM sessions WHERE environment = $1 AND "
+	    ", %s FROM (SELECT DISTINCT ON (user_name) * FROM sessions WHERE environment = $1 AND "
 	    "lesson = $2 AND created_at >= date_trunc('day', now()) "
 	    "ORDER BY user_name, created_at DESC) s ORDER BY s.user_name",
-	    2, p);
+	    idle_columns(x) ? "labvm_ts(s.idle_ends_at), labvm_ts(s.last_activity_at)"
+	                    : "NULL::text, NULL::text");
+	PGresult *res = db_exec(&x->db, sql, 2, p);
+	free(sql);
 	if (!res)
 		return NULL;
 	PGresult *q = db_exec(&x->db,
