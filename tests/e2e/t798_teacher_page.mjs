@@ -6,7 +6,8 @@
  *   linux-basics) sees the class: the student's row, a progress bar and a
  *   tick per step; axe (EN and JA) -> Tab to "Watch", Enter: the side panel's
  *   terminal shows the student's console, the student's session JSON names
- *   teacher2 watching; what is typed there never reaches the guest -> Esc,
+ *   teacher2 watching, and so does the student's own page; what is typed
+ *   there never reaches the guest -> Esc,
  *   "Take over", Enter: now it does, and the watchers say control -> a new
  *   grade shows up by itself (the live refresh) -> +10 min from the keyboard
  *   -> the CSV link answers text/csv -> at 390 px nothing overflows, axe
@@ -123,6 +124,15 @@ async function main() {
         const s = await api(BASE, STUDENT, 'GET', `/api/sessions/${sid}`);
         return (s.data.watchers || []).some((w) => w.user === TEACHER && w.mode === 'view');
       }, 10000, "the student's session names teacher2 watching");
+      // the student's own page says who watches
+      const sctx = await newContext(browser, STUDENT);
+      const sp = await sctx.newPage();
+      await sp.goto(`${BASE}/`);
+      await sp.waitForSelector('#lab-watchers:not([hidden])', { timeout: 15000 });
+      const note = await sp.textContent('#lab-watchers');
+      assert(note.includes(TEACHER) && /watching/.test(note), "the student's page: teacher2 is watching", note);
+      await axeCheck(sp, "the student's lab with a watcher");
+      await sctx.close();
       await tabTo(page, '#terminal textarea');
       await page.keyboard.type('touch /root/e2e-viewed');
       await page.keyboard.press('Enter');
