@@ -73,6 +73,24 @@ enum hres api_operator_end(struct req *r);
 enum hres api_pool_get(struct req *r);
 enum hres api_pool_warm(struct req *r);
 enum hres api_pool_cancel(struct req *r);
+/* api_teacher.c: the teacher's room (issue #29). Every route answers 404
+ * for anything outside the lessons the caller teaches (never 403). */
+enum hres api_teacher_lessons(struct req *r);
+enum hres api_teacher_class(struct req *r);
+enum hres api_teacher_grades_csv(struct req *r);
+enum hres api_teacher_audit(struct req *r);
+enum hres api_teacher_ticket(struct req *r);
+enum hres api_teacher_extend(struct req *r);
+enum hres api_teacher_reset(struct req *r);
+enum hres api_teacher_end(struct req *r);
+/* GET /api/sessions/{id}/grades: the student's own grade history */
+enum hres api_session_grades(struct req *r);
+/* user is in a comma/space separated list of labvm.conf (operators, teachers) */
+int api_user_listed(const char *list, const char *user);
+/* user teaches lesson l: an operator, in `teachers`, or in the lesson's own */
+int api_teaches(const struct cfg *c, const struct lesson *l, const char *user);
+/* If-None-Match names etag, weakly (api_guide.c) */
+int api_none_match(const char *inm, const char *etag);
 /* After each answer: count the events the database cannot derive (api_metrics.c). */
 void api_metrics_request_done(struct req *r);
 

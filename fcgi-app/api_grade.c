@@ -1,6 +1,7 @@
 /* api_grade.c - POST /api/sessions/{id}/grade: run the lesson's grader steps
  * in the lab's machines (inside.h: by the agent, or by exec) and keep the
- * result on the session (last_grade).
+ * result on the session (last_grade) and in its history (grade_steps, every
+ * grade: GET /api/sessions/{id}/grades, and the teacher's class view).
  *
  * One grade per session at a time (409 grade_running, LEASE_GRADE), one
  * deadline for the whole grade (a step past it is "not run"), and the token
@@ -184,9 +185,22 @@ enum hres api_session_grade(struct req *r)
 	}
 	char *json = jx_print(o);
 	const char *p[2] = {s->id, json};
+	/* the last grade and its place in the history (sql/013 grade_steps: one
+	 * row per step), in one statement: they never disagree */
 	if (db_cmd(&x->db,
-	           "UPDATE sessions SET last_grade = $2::jsonb, graded_at = clock_timestamp(), "
-	           "grade_until = NULL WHERE id = $1::uuid",
+	           "WITH g AS (UPDATE sessions SET last_grade = $2::jsonb, "
+	           "graded_at = clock_timestamp(), grade_until = NULL WHERE id = $1::uuid "
+	           "RETURNING id, graded_at), "
+	           "e AS (SELECT v, ord FROM jsonb_array_elements($2::jsonb->'steps') "
+	           "WITH ORDINALITY AS e(v, ord)), "
+	           "steps AS (INSERT INTO grade_steps (session_id, graded_at, ord, machine, step, "
+	           "passed) SELECT g.id, g.graded_at, e.ord - 1, e.v->>'machine', e.v->>'name', "
+	           "(e.v->>'passed')::boolean FROM g, e) "
+	           "INSERT INTO grades (session_id, graded_at, passed, total, results) "
+	           "SELECT g.id, g.graded_at, ($2::jsonb->>'passed')::int, "
+	           "jsonb_array_length($2::jsonb->'steps'), coalesce((SELECT string_agg(CASE WHEN "
+	           "(e.v->>'passed')::boolean THEN '1' ELSE '0' END, '' ORDER BY e.ord) FROM e), "
+	           "'') FROM g",
 	           2, p) < 0) {
 		log_warn("session %s: storing the grade failed: %s", s->id, x->db.msg);
 		session_lease_release(x, s->id, LEASE_GRADE);

@@ -198,6 +198,17 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
                       const char *etag)
 {
 	char *json = body ? jx_print(body) : NULL;
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
+	if (cJSON_IsString(ec))
+		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
+	resp_json_text(r, status, json, cache_control, etag);
+	cJSON_free(json);
+	cJSON_Delete(body);
+}
+
+void resp_json_text(struct req *r, int status, const char *json, const char *cache_control,
+                    const char *etag)
+{
 	struct labctx *x = r->x;
 	size_t jlen = json ? strlen(json) : 0;
 	char *clean = NULL;
@@ -212,9 +223,6 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
-	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
-	if (cJSON_IsString(ec))
-		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
 	             "%s"
@@ -234,8 +242,25 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	if (FCGX_GetError(r->fr->out))
 		log_warn("writing the response failed (client gone?)");
 	free(clean);
-	cJSON_free(json);
-	cJSON_Delete(body);
+}
+
+void resp_raw(struct req *r, int status, const char *content_type, const char *body, size_t len)
+{
+	struct labctx *x = r->x;
+	double total = (util_mono_s() - r->t0) * 1000.0;
+	r->status = status;
+	FCGX_FPrintF(r->fr->out,
+	             "Status: %d %s\r\n"
+	             "Content-Type: %s\r\n"
+	             "Cache-Control: no-store\r\n"
+	             "X-Content-Type-Options: nosniff\r\n"
+	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
+	             "%s\r\n",
+	             status, status_text(status), content_type, x->db.ms, x->kube.ms, x->agent.ms,
+	             total, r->headers.p ? r->headers.p : "");
+	FCGX_PutStr(body, (int)len, r->fr->out);
+	if (FCGX_GetError(r->fr->out))
+		log_warn("writing the response failed (client gone?)");
 }
 
 void resp_json(struct req *r, int status, cJSON *body)

@@ -82,6 +82,11 @@ void resp_json(struct req *r, int status, cJSON *body);
  * ETag when etag is not NULL; body NULL: no body (304 Not Modified). */
 void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_control,
                       const char *etag);
+/* The same with the JSON already printed (json NULL: no body). */
+void resp_json_text(struct req *r, int status, const char *json, const char *cache_control,
+                    const char *etag);
+/* A body that is not JSON (text/csv), as it is, with the usual headers. */
+void resp_raw(struct req *r, int status, const char *content_type, const char *body, size_t len);
 /* What a handler returns (api.h): its one answer was written, or the
  * database connection dropped before anything changed in the cluster (the
  * router reconnects and runs the handler once more). */

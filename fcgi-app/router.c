@@ -43,6 +43,18 @@ static const struct route routes[] = {
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/tty-size", api_tty_size,
      OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet", QUEUED_NOT_READY},
+    {"GET", "/api/sessions/*/grades", api_session_grades, OWN_SESSION, NULL, QUEUED_NOT_READY},
+    /* the teacher's room: NEED_USER only; each handler answers 404 outside
+     * the lessons the caller teaches (api_teacher.c) */
+    {"GET", "/api/teacher/lessons", api_teacher_lessons, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/lessons/*/class", api_teacher_class, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/lessons/*/grades.csv", api_teacher_grades_csv, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/audit", api_teacher_audit, NEED_USER, NULL, 0},
+    {"POST", "/api/teacher/sessions/*/console-ticket", api_teacher_ticket, NEED_USER | NEED_JSON,
+     NULL, 0},
+    {"POST", "/api/teacher/sessions/*/extend", api_teacher_extend, NEED_USER | NEED_JSON, NULL, 0},
+    {"POST", "/api/teacher/sessions/*/reset", api_teacher_reset, NEED_USER | NEED_JSON, NULL, 0},
+    {"DELETE", "/api/teacher/sessions/*", api_teacher_end, NEED_USER, NULL, 0},
     {"GET", "/api/operator/pool", api_pool_get, OPERATOR, NULL, 0},
     {"POST", "/api/operator/pool", api_pool_warm, OPERATOR | NEED_JSON, NULL, 0},
     {"DELETE", "/api/operator/pool/*", api_pool_cancel, OPERATOR, NULL, 0},
@@ -88,10 +100,11 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 	return 0;
 }
 
-/* labvm.conf `operators`: a comma or space separated list of REMOTE_USERs. */
-static int is_operator(const struct cfg *c, const char *user)
+/* A comma or space separated list of REMOTE_USERs (labvm.conf operators,
+ * teachers). */
+int api_user_listed(const char *list, const char *user)
 {
-	const char *p = c->operators;
+	const char *p = list;
 	size_t n = user ? strlen(user) : 0;
 	if (!n || !p)
 		return 0;
@@ -104,6 +117,18 @@ static int is_operator(const struct cfg *c, const char *user)
 		p += w;
 	}
 	return 0;
+}
+
+static int is_operator(const struct cfg *c, const char *user)
+{
+	return api_user_listed(c->operators, user);
+}
+
+int api_teaches(const struct cfg *c, const struct lesson *l, const char *user)
+{
+	return user && l &&
+	       (is_operator(c, user) || api_user_listed(c->teachers, user) ||
+	        lesson_has_teacher(l, user));
 }
 
 static enum hres run(struct req *r, const struct route *rt)

@@ -276,6 +276,82 @@ static enum step admit(struct start *st)
 	}
 }
 
+/* A teacher's reset (start.h): both locks, the old session's row ended in
+ * this transaction; STEP_OK, or refused (the session is no longer active). */
+static enum step admit_reset(struct start *st)
+{
+	struct labctx *x = st->x;
+	const struct cfg *c = x->cfg;
+	const struct runtime_ops *rt = st->plan.rt;
+	struct session s;
+	char lt[64];
+
+	kube_deadline(&x->kube,
+	              util_mono_s() +
+	                  (2.0 * c->capacity_lock_timeout_ms + 7.0 * c->kube_timeout_ms) / 1000.0);
+	snprintf(lt, sizeof lt, "SET LOCAL lock_timeout = %d", c->capacity_lock_timeout_ms);
+	const char *pu[2] = {c->environment, st->user};
+	const char *pk[1] = {rt->capacity_key};
+	if (db_begin(&x->db) < 0 || db_cmd(&x->db, lt, 0, NULL) < 0)
+		return STEP_DB;
+	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_USER ", hashtext($1 || '/' || $2))",
+	           2, pu) < 0)
+		return lock_busy(st, "another start of this student is still in progress");
+	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", $1::int)", 1, pk) < 0)
+		return lock_busy(st, "many labs are starting right now");
+	int rc = session_load(x, st->reset_id, &s);
+	if (rc == SESSION_DBERR)
+		return STEP_DB;
+	int ok = rc == SESSION_FOUND && session_active(&s) && strcmp(s.user, st->user) == 0 &&
+	         strcmp(s.lesson, st->lesson->id) == 0;
+	size_t held = ok ? s.nvms : 0;
+	session_free(&s);
+	if (!ok)
+		return refuse(st, E_NOT_FOUND, "the session is no longer active");
+	if (st->plan.n > held)
+		/* the lesson now has more machines than the seats the session holds */
+		return refuse(st, E_CAPACITY_FULL,
+		              "the lesson needs more lab machines than the session holds: end "
+		              "it and let the student start again");
+	if (!st->disks) {
+		char who[300];
+		snprintf(who, sizeof who, "user %s (reset)", st->user);
+		lab_plan_disks(x, &st->plan, who);
+		st->disks = 1;
+	}
+	int moved = session_mark_ended(x, st->reset_id, "reset");
+	if (moved < 0)
+		return STEP_DB;
+	if (moved == 0)
+		return refuse(st, E_NOT_FOUND, "the session is no longer active");
+	/* the teacher's action, committed with the new session or not at all
+	 * (the new session's id is this start's, named before the submission) */
+	if (util_uuid4(st->sid) < 0)
+		return refuse(st, E_INTERNAL, "no randomness available");
+	cJSON *d = jx_obj();
+	jx_add_str(d, "new_session", st->sid);
+	char *dj = jx_print(d);
+	cJSON_Delete(d);
+	const char *pa[5] = {c->environment, st->reset_by ? st->reset_by : "", st->lesson->id,
+	                     st->reset_id, dj};
+	int a =
+	    db_cmd(&x->db,
+	           "INSERT INTO teacher_audit (environment, teacher, action, lesson, session_id, "
+	           "student, detail) SELECT $1, $2, 'reset', $3, id, user_name, $5::jsonb "
+	           "FROM sessions WHERE id = $4::uuid",
+	           5, pa);
+	cJSON_free(dj);
+	return a < 0 ? STEP_DB : STEP_OK;
+}
+
+void start_reset_cleanup(struct labctx *x, const char *old_id)
+{
+	struct session s;
+	if (session_load(x, old_id, &s) == SESSION_FOUND)
+		session_delete_objects(x, &s);
+	session_free(&s);
+}
+
 /* COMMIT failed: when the connection was lost, the commit may have happened
  * or not. Ask again on a new connection so that the answer and the row agree:
  * 0 it happened (the session stands), -1 it did not (the way back undoes). */
@@ -304,7 +380,7 @@ static enum step submission(struct start *st)
 
 	if (st->qid)
 		snprintf(st->sid, sizeof st->sid, "%s", st->qid);
-	else if (util_uuid4(st->sid) < 0)
+	else if (!st->reset_id && util_uuid4(st->sid) < 0) /* a reset's: admit_reset's */
 		return refuse(st, E_INTERNAL, "no randomness available");
 	if (lab_plan_name(&st->plan, st->sid) < 0)
 		return refuse(st, E_INTERNAL, "no randomness available");
@@ -335,7 +411,7 @@ enum step start_run(struct start *st)
 	struct labctx *x = st->x;
 	const struct cfg *c = x->cfg;
 	lab_plan_init(&st->plan, st->lesson);
-	enum step rc = admit(st);
+	enum step rc = st->reset_id ? admit_reset(st) : admit(st);
 	/* students first: idle pool VMs give their seats, then the admission
 	 * once more (admission.h says when: nobody in line ahead, no more seats
 	 * short than idle pool VMs; pool_yield: all or none) */
@@ -371,7 +447,7 @@ enum step start_run(struct start *st)
 		db_rollback(&x->db);
 		return rc;
 	}
-	const char *from = st->qid ? ", from the line" : "";
+	const char *from = st->qid ? ", from the line" : st->reset_id ? ", a reset" : "";
 	const struct runtime_ops *rt = st->plan.rt;
 	for (size_t i = 0; !st->claimed && i < st->plan.n; i++) {
 		const struct lab_machine *v = &st->plan.vms[i];

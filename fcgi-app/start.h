@@ -17,7 +17,15 @@
  * between 4's objects and its commit leaves labelled objects without an
  * active session: the reaper's orphans. Students first: a start refused
  * for capacity while idle pool VMs hold seats has them yield (pool_yield)
- * and is admitted once more. */
+ * and is admitted once more.
+ *
+ * A teacher's reset (reset_id set, api_teacher.c) is a start of its own
+ * kind: under the user lock and the capacity lock, the old session's row is
+ * ended (end_reason "reset") and the new one submitted in the same
+ * transaction, so the seat passes from one to the other and no press and no
+ * place of the line can take it in between; the line, the rate and the
+ * count are not asked (the seat is held already). The old session's
+ * objects are deleted after the commit (start_reset_cleanup). */
 #ifndef LABVM_FCGI_START_H
 #define LABVM_FCGI_START_H
 
@@ -31,7 +39,9 @@ struct start {
 	const char *user;
 	double pressed; /* epoch seconds of the press */
 	const struct lesson *lesson;
-	const char *qid; /* the place of the line being admitted (its id is the session's) */
+	const char *qid;      /* the place of the line being admitted (its id is the session's) */
+	const char *reset_id; /* a teacher's reset: the session whose seat this start takes */
+	const char *reset_by; /* ... the teacher (its teacher_audit row, in the same commit) */
 	/* out */
 	char sid[37];
 	int claimed;          /* a warm pool VM is the session */
@@ -54,6 +64,8 @@ enum step { STEP_OK = 0, STEP_REFUSED = 1, STEP_DB = -1 };
  * zero); the way back has run unless STEP_OK. start_done() after. */
 enum step start_run(struct start *st);
 void start_done(struct start *st);
+/* After a reset's commit: delete the old session's cluster objects. */
+void start_reset_cleanup(struct labctx *x, const char *old_id);
 
 /* The normal start for the head of the line, place qid of user (pump.c).
  * 1 admitted, 0 not now, 2 the place can never be admitted (dropped from

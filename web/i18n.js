@@ -78,6 +78,8 @@ window.LABVM_TEXTS = {
     'back': 'Back to lessons',
 
     'lab.remaining': 'Time left',
+    'lab.watchers.view': 'Your teacher is watching your terminal: {users}.',
+    'lab.watchers.control': 'Your teacher has taken over your terminal: {users}.',
     'lab.grade': 'Grade',
     'lab.grading': 'Grading…',
     'lab.end': 'End lab',
@@ -211,6 +213,8 @@ window.LABVM_TEXTS = {
     'back': 'レッスン一覧に戻る',
 
     'lab.remaining': '残り時間',
+    'lab.watchers.view': '先生があなたのターミナルを見ています: {users}。',
+    'lab.watchers.control': '先生があなたのターミナルを操作しています: {users}。',
     'lab.grade': '採点',
     'lab.grading': '採点中…',
     'lab.end': '演習を終了',

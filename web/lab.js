@@ -182,8 +182,24 @@
     renderTabs();
   }
 
+  /* Who has a teacher's console open on this lab (session.watchers), and in
+   * which mode: the student always knows. */
+  function renderWatchers(s) {
+    const w = (s && s.watchers) || [];
+    const p = $('lab-watchers');
+    if (!p) return;
+    const ctl = w.filter((x) => x.mode === 'control').map((x) => x.user);
+    const view = w.filter((x) => x.mode !== 'control' && !ctl.includes(x.user)).map((x) => x.user);
+    const parts = [];
+    if (ctl.length) parts.push(t('lab.watchers.control', { users: [...new Set(ctl)].join(', ') }));
+    if (view.length) parts.push(t('lab.watchers.view', { users: [...new Set(view)].join(', ') }));
+    p.textContent = parts.join(' ');
+    p.hidden = parts.length === 0;
+  }
+
   function renderLab(s) {
     L.renderNote('lab-note');
+    renderWatchers(s);
     $('lab-title').textContent = L.lessonTitle(s.lesson);
     const g = $('grade');
     // aria-disabled, not disabled: a disabled button would drop the focus

@@ -76,6 +76,8 @@ static const struct cfg_key keys[] = {
     I(db_idle_tx_timeout_s, "60", 2, 3600),
     S(console_user_from, "forwarded"),
     S(operators, ""),
+    S(teachers, ""),
+    I(teacher_extend_max_minutes, "60", 1, 24 * 60),
     S(log_format, "text"),
     S(session_network, "same-node"),
 };

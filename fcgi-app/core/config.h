@@ -56,6 +56,8 @@ struct cfg {
 	char *log_format;        /* text | json (core/log.c) */
 	char
 	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
+	char *teachers; /* REMOTE_USERs who teach every lesson (issue #29; comma/space list) */
+	int teacher_extend_max_minutes; /* one teacher's extend adds at most this much */
 	/* the L2 network of a multi-machine session: "same-node" (a CNI bridge
 	 * NAD and a required pod affinity on the session id, so that every
 	 * machine runs on one node) or "ovn-layer2" (an OVN-Kubernetes layer2

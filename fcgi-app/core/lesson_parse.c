@@ -82,6 +82,7 @@ static int quantity_ok(const char *v)
 static int read_lesson_ja(const cJSON *v, void *dst, char *err, size_t errlen);
 static int read_files(const cJSON *v, void *dst, char *err, size_t errlen);
 static int read_step_ja(const cJSON *v, void *dst, char *err, size_t errlen);
+static int read_teachers(const cJSON *v, void *dst, char *err, size_t errlen);
 
 /* A lesson's keys, read in this order (each value's rule as it is read, then
  * the rules between keys, parse_obj). A machine is the lesson with the keys
@@ -110,9 +111,10 @@ static const struct lesson_key lesson_keys[] = {
     {"disk", KEY_ENUM, L(disk), KEY_MACHINE, .idef = DISK_CONTAINERDISK, .parse = lesson_disk_parse,
      .must = "\"golden\", \"containerdisk\" or \"datavolume\""},
     {"files", KEY_OWN, .flags = KEY_MACHINE, .read = read_files},
-    {"grader", KEY_OWN, .flags = KEY_MACHINE}, /* parse_steps: the lesson's, each machine's */
-    {"machines", KEY_OWN},                     /* parse_machines */
-    {"guide", KEY_OWN},                        /* parse_guide_paths: the lesson's own */
+    {"grader", KEY_OWN, .flags = KEY_MACHINE},    /* parse_steps: the lesson's, each machine's */
+    {"machines", KEY_OWN},                        /* parse_machines */
+    {"guide", KEY_OWN},                           /* parse_guide_paths: the lesson's own */
+    {"teachers", KEY_OWN, .read = read_teachers}, /* issue #29: who teaches it */
 };
 
 /* "i18n": {"ja": {...}} of a lesson */
@@ -288,6 +290,36 @@ static int read_step_ja(const cJSON *v, void *dst, char *err, size_t errlen)
 	struct grader_step *st = dst;
 	const cJSON *ja = ja_of(v);
 	return ja ? get_str(ja, "name", 0, &st->name_ja, err, errlen) : 0;
+}
+
+/* "teachers": ["user", ...]: REMOTE_USERs (1..128 bytes, no control bytes) */
+static int read_teachers(const cJSON *a, void *dst, char *err, size_t errlen)
+{
+	struct lesson *l = dst;
+	const cJSON *it;
+	if (!a || cJSON_IsNull(a))
+		return 0;
+	if (!cJSON_IsArray(a)) {
+		snprintf(err, errlen, "\"teachers\" must be an array of user names");
+		return -1;
+	}
+	l->teachers = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->teachers);
+	cJSON_ArrayForEach(it, a)
+	{
+		int ok = cJSON_IsString(it) && it->valuestring[0] && strlen(it->valuestring) <= 128;
+		for (const char *c = ok ? it->valuestring : ""; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				ok = 0;
+		if (!ok) {
+			snprintf(err, errlen,
+			         "teachers[%zu]: must be a user name (1..128 bytes, no control "
+			         "characters)",
+			         l->nteachers);
+			return -1;
+		}
+		l->teachers[l->nteachers++] = xstrdup(it->valuestring);
+	}
+	return 0;
 }
 
 /* "files": its items by file_keys, then where each may go (lesson.h) */

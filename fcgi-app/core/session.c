@@ -153,6 +153,7 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 	s->network = dup_or_null(r, row, 25);
 	int bad = parse_vms(db_val(r, row, 26), s) < 0;
 	s->pool_vm = dup_or_null(r, row, 27);
+	s->watchers = dup_or_null(r, row, 28);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	if (bad || unknown) {
 		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
@@ -167,8 +168,9 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 static int load_where(struct labctx *x, unsigned slot, const char *where, int n,
                       const char *const *p, struct session *s)
 {
-	char *sql = xasprintf(
-	    "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm FROM sessions WHERE %s", where);
+	char *sql = xasprintf("SELECT " SESSION_COLS ", " SESSION_VMS
+	                      ", pool_vm, watchers::text FROM sessions WHERE %s",
+	                      where);
 	PGresult *r = db_exec_prepared(&x->db, slot, sql, n, p);
 	free(sql);
 	memset(s, 0, sizeof *s);
@@ -192,13 +194,14 @@ int session_events_load(struct labctx *x, const char *id, long long after, int l
 	const char *p[3] = {id, a, l};
 	/* each snapshot is shaped back into a sessions row named "sessions", so
 	 * the one column list (and the one JSON form) serves events too */
-	PGresult *r = db_exec(&x->db,
-	                      "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm, e.seq "
-	                      "FROM session_events e CROSS JOIN LATERAL "
-	                      "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
-	                      "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
-	                      "ORDER BY e.seq LIMIT $3::int",
-	                      3, p);
+	PGresult *r =
+	    db_exec(&x->db,
+	            "SELECT " SESSION_COLS ", " SESSION_VMS ", pool_vm, watchers::text, e.seq "
+	            "FROM session_events e CROSS JOIN LATERAL "
+	            "jsonb_populate_record(NULL::sessions, e.snapshot) AS sessions "
+	            "WHERE e.session_id = $1::uuid AND e.seq > $2::bigint "
+	            "ORDER BY e.seq LIMIT $3::int",
+	            3, p);
 	*out = NULL;
 	*n = 0;
 	if (!r)
@@ -214,7 +217,7 @@ int session_events_load(struct labctx *x, const char *id, long long after, int l
 			*n = 0;
 			return -1;
 		}
-		e->seq = strtoll(PQgetvalue(r, i, 28), NULL, 10);
+		e->seq = strtoll(PQgetvalue(r, i, 29), NULL, 10);
 		(*n)++;
 	}
 	PQclear(r);
@@ -283,7 +286,7 @@ void session_free(struct session *s)
 	               s->created_at,  s->submitted_at, s->running_at,
 	               s->ready_at,    s->ended_at,     s->expires_at,
 	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at,   s->pool_vm};
+	               s->graded_at,   s->pool_vm,      s->watchers};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -361,6 +364,13 @@ cJSON *session_json(const struct session *s)
 	jx_add_str(o, "error", s->error);
 	if (session_active(s) && s->t_expires > s->t_now)
 		jx_add_num(o, "remaining_s", (double)(long)(s->t_expires - s->t_now));
+	/* who has a teacher's console open on it now (sql/013 console_watchers) */
+	cJSON *w = s->watchers ? cJSON_Parse(s->watchers) : NULL;
+	if (!cJSON_IsArray(w)) {
+		cJSON_Delete(w);
+		w = jx_arr();
+	}
+	jx_put(o, "watchers", w);
 	cJSON *g = s->last_grade ? cJSON_Parse(s->last_grade) : NULL;
 	if (g) {
 		jx_add_str(g, "graded_at", s->graded_at);

@@ -68,7 +68,8 @@ struct session {
 	char *disk_source, *fallback_reason;
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
-	char *pool_vm; /* the warm pool VM this session claimed, or NULL (pool.h) */
+	char *pool_vm;  /* the warm pool VM this session claimed, or NULL (pool.h) */
+	char *watchers; /* JSON array: teachers' consoles open now (sql/013), or NULL */
 	int running_timeout_s, ready_timeout_s;
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;

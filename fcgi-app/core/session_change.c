@@ -264,6 +264,38 @@ int session_fail(struct labctx *x, struct session *s, const struct session_vm *v
 	return rc;
 }
 
+int session_mark_ended(struct labctx *x, const char *sid, const char *end_reason)
+{
+	const char *p[5] = {sid, session_state_str(SESSION_ENDED), end_reason, STARTING, READY};
+	PGresult *r = db_exec(&x->db,
+	                      "UPDATE sessions SET state = $2, end_reason = $3, "
+	                      "ended_at = clock_timestamp() "
+	                      "WHERE id = $1::uuid AND state IN ($4, $5) RETURNING 1",
+	                      5, p);
+	if (!r)
+		return -1;
+	int n = PQntuples(r) > 0;
+	PQclear(r);
+	return n;
+}
+
+int session_extend_by(struct labctx *x, const char *sid, int minutes)
+{
+	char m[16];
+	snprintf(m, sizeof m, "%d", minutes);
+	const char *p[4] = {sid, m, STARTING, READY};
+	PGresult *r = db_exec(&x->db,
+	                      "UPDATE sessions SET expires_at = expires_at + "
+	                      "make_interval(mins => $2::int) "
+	                      "WHERE id = $1::uuid AND state IN ($3, $4) RETURNING 1",
+	                      4, p);
+	if (!r)
+		return -1;
+	int n = PQntuples(r) > 0;
+	PQclear(r);
+	return n;
+}
+
 /* What a row that refused its error keeps instead (ASCII: it always fits). */
 #define ERROR_NOT_STORED "the error message could not be stored; see labvm's log"
 

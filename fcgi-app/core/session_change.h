@@ -70,6 +70,15 @@ void session_vm_set_address(struct labctx *x, const struct session *s, struct se
                             const char *ip, const char *uid);
 void session_vm_forget(struct labctx *x, const struct session *s, struct session_vm *vm);
 
+/* The row part of session_finish(SESSION_ENDED) alone, inside the caller's
+ * transaction (a teacher's reset, start.h: the objects are deleted after
+ * its commit). 1 ended now, 0 it was not active, -1 database trouble. */
+int session_mark_ended(struct labctx *x, const char *sid, const char *end_reason);
+
+/* A teacher's extension: the active session's expires_at moves on by
+ * minutes (the caller bounds them). 1 moved, 0 not active, -1 database. */
+int session_extend_by(struct labctx *x, const char *sid, int minutes);
+
 /* Fail the session because of machine vm (NULL: the session's own): the
  * error names the stage (and, with several machines, the machine), and the
  * session's stage becomes the machine's if it got further. Then as

@@ -406,6 +406,7 @@ class Stack:
             "console_path": "/console/",
             "orphan_grace_s": "300",  # >= the longest start of kubeadm-cluster
             "operators": "operator",
+            "teachers": "teacher1",
             "log_level": "info",
         }
         if not self.demo:
@@ -428,6 +429,11 @@ class Stack:
             for i in range(1, (USERS if self.demo else TEST_USERS) + 1):
                 f.write(f"student{i}:{h}\n")
             f.write(f"teacher:{h}\n")
+            # the teacher's room (issue #29): teacher1 teaches every lesson
+            # (labvm.conf teachers), teacher2 linux-basics (its lesson's
+            # "teachers"), teacher3 nothing
+            for i in (1, 2, 3):
+                f.write(f"teacher{i}:{h}\n")
             f.write(f"operator:{h}\n")
         os.chmod(out, 0o644)
         return out
