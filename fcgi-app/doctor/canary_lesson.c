@@ -317,7 +317,7 @@ void canary_fence(struct doc *d, int n, int m, const cJSON *res)
 		    d, DOC_FAIL, fence_fix,
 		    "canary %d reached the backend's Pod at %s: a lab can talk to labvm itself", n,
 		    be.open);
-	if (!peer.nopen && !api.nopen && !be.nopen)
+	if (!peer.nopen && !api.nopen && !be.nopen) {
 		doc_line(
 		    d, DOC_OK, NULL,
 		    "the fence holds from inside canary %d: canary %d's agent %s; the API server "
@@ -325,6 +325,23 @@ void canary_fence(struct doc *d, int n, int m, const cJSON *res)
 		    n, m, peer.got, api.n ? api.got : "not tried",
 		    be.n ? "the backend's Pod " : "no backend Pod (a host install: not tried)",
 		    be.n ? be.got : "");
+	} else if (!peer.nopen || !api.nopen || !be.nopen) {
+		/* what held, so that the FAIL lines are the whole story */
+		char held[1400] = "";
+		size_t l = 0;
+		if (!peer.nopen)
+			l += (size_t)snprintf(held + l, sizeof held - l, "; canary %d's agent %s",
+			                      m, peer.got);
+		if (!api.nopen && api.n && l < sizeof held)
+			l += (size_t)snprintf(held + l, sizeof held - l, "; the API server %s",
+			                      api.got);
+		if (!be.nopen && be.n && l < sizeof held)
+			snprintf(held + l, sizeof held - l, "; the backend's Pod %s", be.got);
+		if (held[0])
+			doc_line(d, DOC_OK, NULL,
+			         "the rest of the fence holds from inside canary %d: %s", n,
+			         held + 2);
+	}
 	if (!d->internet)
 		doc_line(d, DOC_WARN,
 		         "give --internet HOST:PORT (an address the labs should reach)",
