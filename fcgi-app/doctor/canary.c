@@ -54,7 +54,7 @@ struct canary {
 	char ip[64];
 	int started, ready, ended, reclaimed;
 	double t_press, t_submitted, t_running, t_ready; /* monotonic seconds */
-	double d_console, d_grade, d_fence, d_end;       /* durations */
+	double d_console, d_grade, d_fence, d_end;       /* durations, -1: it failed */
 	char err[1200];
 };
 
@@ -227,15 +227,17 @@ static void canary_grade(struct run *r, struct canary *c)
 	cJSON *res = NULL;
 	char why[600];
 	double t = util_mono_s();
+	c->d_grade = -1;
 	if (canary_run(r, c, gs->command, 10, &res, why, sizeof why) < 0) {
 		doc_line(d, DOC_FAIL,
 		         "the backend must reach the labs' agents on agent_port: the policy "
 		         "labvm-lab-vms admits the backend's Pod (conf/k8s/networkpolicy.yaml)",
 		         "canary %d's grader step could not run: %s", c->n, why);
 	} else {
-		c->d_grade = util_mono_s() - t;
 		const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
-		if (!cJSON_IsNumber(ec) || ec->valueint != 0)
+		if (cJSON_IsNumber(ec) && ec->valueint == 0)
+			c->d_grade = util_mono_s() - t;
+		else
 			doc_line(
 			    d, DOC_FAIL,
 			    "the guest image must run cloud-init's runcmd and python3 (the agent)",
@@ -304,7 +306,10 @@ static void canary_end(struct run *r, struct canary *c)
 
 static void fmt_s(char *out, size_t n, double s)
 {
-	snprintf(out, n, s < 10 ? "%.1f s" : "%.0f s", s);
+	if (s < 0)
+		snprintf(out, n, "FAILED");
+	else
+		snprintf(out, n, s < 10 ? "%.1f s" : "%.0f s", s);
 }
 
 static void canary_times(struct run *r, struct canary *c)
@@ -443,8 +448,9 @@ void check_canary(struct doc *d)
 		if (!c->ready || bench_stop)
 			continue;
 		double t = util_mono_s();
-		if (canary_console(d, &r->cc, c->sid, c->user, c->vm, c->n) == 0)
-			c->d_console = util_mono_s() - t;
+		c->d_console = canary_console(d, &r->cc, c->sid, c->user, c->vm, c->n) == 0
+		                   ? util_mono_s() - t
+		                   : -1;
 		canary_grade(r, c);
 	}
 	if (both && !bench_stop) {
@@ -454,12 +460,14 @@ void check_canary(struct doc *d)
 			char why[600];
 			cJSON *res = NULL;
 			char *cmd = canary_probe_cmd(d, &r->x, &r->cc, o->ip);
-			if (canary_run(r, c, cmd, 15, &res, why, sizeof why) < 0)
+			if (canary_run(r, c, cmd, 15, &res, why, sizeof why) < 0) {
 				doc_line(d, DOC_FAIL, "the backend must reach the labs' agents",
 				         "canary %d could not try the fence: %s", c->n, why);
-			else
-				canary_fence(d, c->n, o->n, res);
-			c->d_fence = util_mono_s() - t;
+				c->d_fence = -1;
+			} else {
+				c->d_fence =
+				    canary_fence(d, c->n, o->n, res) == 0 ? util_mono_s() - t : -1;
+			}
 			free(cmd);
 			cJSON_Delete(res);
 		}

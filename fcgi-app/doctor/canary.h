@@ -26,8 +26,9 @@ void canary_sweep(struct doc *d, struct labctx *x);
 char *canary_probe_cmd(struct doc *d, struct labctx *x, const struct cfg *cc, const char *peer_ip);
 
 /* The probe's answer (the agent's /run result) as doc lines: canary n's
- * fence, the other canary being m. */
-void canary_fence(struct doc *d, int n, int m, const cJSON *res);
+ * fence, the other canary being m. 0 the fence held (the internet may be a
+ * warn), -1 a FAIL line was printed. */
+int canary_fence(struct doc *d, int n, int m, const cJSON *res);
 
 /* Open canary n's console through labvm-console with a ticket for its
  * session, and have its shell compute a sum. 0 ok; -1 (a FAIL line said why). */

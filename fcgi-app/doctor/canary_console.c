@@ -28,8 +28,27 @@ volatile sig_atomic_t bench_stop;
 #define CONSOLE_SUM_S  20
 
 static const char console_fix[] =
-    "labvm-console must run with this labvm.conf's ticket_key_file and database, and be "
-    "reachable at --console (default ws://<console_listen>); its log says why it closed";
+    "labvm-console must run with this labvm.conf (its ticket_key_file, database and "
+    "environment) and listen at --console (default ws://<console_listen>); its log says why";
+
+/* The fix for the bridge's own reason for closing (console-bridge's close
+ * reasons: ticket_status_str(), "session not found", ...). */
+static const char *closed_fix(const char *why)
+{
+	if (strstr(why, "ticket signature") || strstr(why, "malformed ticket"))
+		return "labvm-doctor's ticket_key_file is not labvm-console's: labvm.fcgi, "
+		       "labvm-console and the doctor must read the same key (one labvm.conf)";
+	if (strstr(why, "ticket expired"))
+		return "the clocks of this host and labvm-console's disagree by more than "
+		       "ticket_ttl_s: run NTP on both";
+	if (strstr(why, "session not found"))
+		return "labvm-console must use this labvm.conf's database and environment, and be "
+		       "a version that serves the doctor's environment (<environment>-doctor)";
+	if (strstr(why, "front end did not say") || strstr(why, "not for this user"))
+		return "with console_user_from = forwarded, --console must be labvm-console's own "
+		       "address (console_listen), not the front end's";
+	return console_fix;
+}
 
 int canary_console(struct doc *d, const struct cfg *cc, const char *sid, const char *user,
                    const char *vm, int n)
@@ -63,8 +82,9 @@ int canary_console(struct doc *d, const struct cfg *cc, const char *sid, const c
 	}
 	x.forwarded_user = strcmp(cc->console_user_from, "forwarded") == 0 ? user : NULL;
 	if (wsc_open(&x, &c, url, BRIDGE_PROTO, NULL, CONSOLE_OPEN_S) < 0) {
-		doc_line(d, DOC_FAIL, console_fix, "canary %d's console at %s%s: %s", n, base,
-		         cc->console_path, c.why);
+		doc_line(d, DOC_FAIL, console_fix,
+		         "canary %d's console: labvm-console at %s%s could not be opened: %s", n,
+		         base, cc->console_path, c.why);
 		goto out;
 	}
 	/* the shell computes it: the typed line (echoed) has the sum's formula,
@@ -74,17 +94,20 @@ int canary_console(struct doc *d, const struct cfg *cc, const char *sid, const c
 	snprintf(line, sizeof line, "\recho labvm-canary-$((%u+%u))-end\r", a, b);
 	if (wsc_send(&x, &c, line, strlen(line)) < 0 ||
 	    wsc_until(&x, &c, needle, CONSOLE_SUM_S) < 0) {
-		const char *why = c.why[0]         ? c.why
-		                  : c.last_text[0] ? c.last_text
-		                                   : "the shell did not answer";
-		doc_line(d, DOC_FAIL,
-		         c.state == WS_OPEN
-		             ? "the VM's serial console must run a shell with autologin (a "
-		               "getty on ttyS0): the page's terminal shows the same"
-		             : console_fix,
-		         "canary %d's console opened, but %s within %d s: %s", n,
-		         c.state == WS_OPEN ? "the shell gave no answer" : "it closed",
-		         CONSOLE_SUM_S, why);
+		if (c.state == WS_OPEN)
+			doc_line(
+			    d, DOC_FAIL,
+			    "the VM's serial console must run a shell with autologin (a getty on "
+			    "ttyS0): the page's terminal shows the same",
+			    "canary %d's console opened, but its shell did not answer within %d s",
+			    n, CONSOLE_SUM_S);
+		else {
+			const char *why = c.why[0]         ? c.why
+			                  : c.last_text[0] ? c.last_text
+			                                   : "without a reason";
+			doc_line(d, DOC_FAIL, closed_fix(why),
+			         "canary %d's console: labvm-console closed it: %s", n, why);
+		}
 	} else {
 		rc = 0;
 	}

@@ -270,7 +270,7 @@ static void seen_add(struct seen *s, const char *hp, const char *result)
 	}
 }
 
-void canary_fence(struct doc *d, int n, int m, const cJSON *res)
+int canary_fence(struct doc *d, int n, int m, const cJSON *res)
 {
 	struct seen peer = {0}, api = {0}, be = {0}, net = {0};
 	const char *out = kj_str(res, "stdout");
@@ -298,7 +298,7 @@ void canary_fence(struct doc *d, int n, int m, const cJSON *res)
 		const char *err = kj_str(res, "stderr");
 		doc_line(d, DOC_FAIL, "the guest image needs python3 (the agent runs on it)",
 		         "canary %d's fence probe gave no answer: %s", n, err ? err : "");
-		return;
+		return -1;
 	}
 	static const char fence_fix[] =
 	    "apply conf/k8s/networkpolicy.yaml unchanged in the lab namespace, on a CNI that "
@@ -354,4 +354,5 @@ void canary_fence(struct doc *d, int n, int m, const cJSON *res)
 		         "(the ipBlock rule of labvm-lab-vms, the cluster's egress gateway or NAT)",
 		         "canary %d cannot reach the internet: %s", n,
 		         net.n ? net.got : "no answer");
+	return peer.nopen || api.nopen || be.nopen ? -1 : 0;
 }

@@ -174,8 +174,11 @@ def fence_open():
                                 "ports": [{"protocol": "TCP", "port": 8899}]}]
             spec["egress"] = [{}]
         patched_policy(opened)
-        rc, lines, out = doctor(HEALTHY, "--only", "canary")
-        t.diag("labvm-doctor --only canary, the agents open to every Pod:\n" + out)
+        rc, lines, out = doctor(HEALTHY, "--only", "apis,canary")
+        t.diag("labvm-doctor --only apis,canary, the policy opened:\n" + out)
+        t.eq(len([x for x in lines if x[2] == "apis" and x[0] == "ok" and
+                  re.search(r"^labvm's \d+ NetworkPolicies are in namespace", x[3])]), 1,
+             "check 3 sees the policies in place: only traffic tells")
         t.eq(rc, 1, "exit 1")
         for n, m in ((1, 2), (2, 1)):
             got = canary(lines, "FAIL", rf"^canary {n} reached canary {m}'s agent at "
@@ -227,11 +230,31 @@ def wrong_key():
     t.diag("labvm-doctor --only canary, with another ticket key:\n" + out)
     t.eq(rc, 1, "exit 1")
     for n in (1, 2):
-        got = canary(lines, "FAIL", rf"^canary {n}'s console .*bad ticket signature")
+        got = canary(lines, "FAIL", rf"^canary {n}'s console: labvm-console closed it: "
+                     r"closed by the server \(4401: bad ticket signature\)$")
         t.eq(len(got), 1, f"canary {n}: the console's FAIL, in the bridge's words", canary(lines))
         t.ok(got and "ticket_key_file" in (got[0][4] or ""), "its fix names the key", got)
     t.eq(len(canary(lines, "ok", "^the fence holds")), 2, "the fence still tried")
+    t.eq(len(canary(lines, "ok", r"console FAILED, grader [\d.]+ s")), 2,
+         "the times say which stage failed")
     reclaimed(lines, "a wrong key")
+
+
+@t.test(name="labvm-console not where --console says: FAIL, could not be opened; and with "
+             "fewer free seats than two canaries the canary is not run (a warn)")
+def no_bridge_no_seats():
+    port = int(os.environ.get("LABVM_PORT_BASE", "18000")) + 162   # nothing listens there
+    rc, lines, out = doctor(HEALTHY, "--only", "canary", "--console", f"ws://127.0.0.1:{port}")
+    t.eq(rc, 1, "exit 1", out[-1500:])
+    t.eq(len(canary(lines, "FAIL", rf"^canary \d's console: labvm-console at "
+                    rf"ws://127\.0\.0\.1:{port}/console/ could not be opened")), 2,
+         "both consoles: could not be opened", canary(lines))
+    reclaimed(lines, "no bridge")
+    rc, lines, out = doctor(conf("oneseat", lessons_dir=DEMO, vm_capacity=1), "--only", "canary")
+    t.eq((rc, [x[0] for x in canary(lines)]), (0, ["warn"]), "one warn, exit 0", out[-1500:])
+    t.ok(canary(lines, "warn", r"^not run: 0 of vm_capacity 1 VMs are in use, and the canaries "
+                r"need 2$"), "it says why", canary(lines))
+    t.eq(doctor_objects(), [], "nothing started")
 
 
 # ---------------------------------------------------------------- interrupted
