@@ -18,6 +18,7 @@
  *   - is ended (end reason "user", as the student's End) and reclaimed:
  *     every object with its session id gone from the cluster.
  * Each stage is timed and the times printed. Whatever fails, both are ended. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +54,8 @@ struct canary {
 	char vm[64];
 	char ip[64];
 	int started, ready, ended, reclaimed;
-	double t_press, t_submitted, t_running, t_ready; /* monotonic seconds */
-	double d_console, d_grade, d_fence, d_end;       /* durations, -1: it failed */
+	double t_press, t_submitted, t_running, t_ready, t_end; /* monotonic seconds */
+	double d_console, d_grade, d_fence, d_end;              /* durations, -1: it failed */
 	char err[1200];
 };
 
@@ -248,13 +249,14 @@ static void canary_grade(struct run *r, struct canary *c)
 	cJSON_Delete(res);
 }
 
-/* End the canary as the student's End does, then wait until no object with
- * its session id is left: the VM, its VMI, the launcher Pod, the Secret. */
+/* End the canary as the student's End does; canary_reclaim() then waits
+ * until no object with its session id is left: the VM, its VMI, the
+ * launcher Pod, the Secret. */
 static void canary_end(struct run *r, struct canary *c)
 {
 	struct labctx *x = &r->x;
 	struct session s;
-	double t = util_mono_s();
+	c->t_end = util_mono_s();
 	if (!c->started || c->ended)
 		return;
 	c->ended = 1;
@@ -262,11 +264,18 @@ static void canary_end(struct run *r, struct canary *c)
 		if (session_active(&s))
 			session_finish(x, &s, SESSION_ENDED, "user", NULL);
 		session_free(&s);
-	} else {
-		/* no row to end: delete what the plan made by its labels */
-		snprintf(c->err + strlen(c->err), sizeof c->err - strlen(c->err),
-		         "%sits row could not be read to end it", c->err[0] ? "; " : "");
 	}
+	/* no row to end (the database went away): its objects stay for the next
+	 * run's sweep, or a reaper of this environment */
+}
+
+/* Wait until no object with its session id is left (60 s at most). */
+static void canary_reclaim(struct run *r, struct canary *c)
+{
+	struct labctx *x = &r->x;
+	double t = c->t_end;
+	if (!c->started)
+		return;
 	char sel[200];
 	snprintf(sel, sizeof sel, "%s=%s", r->cc.label.session_id, c->sid);
 	static const char *const kinds[] = {"virtualmachines", "virtualmachineinstances", "pods",
@@ -326,6 +335,79 @@ static void canary_times(struct run *r, struct canary *c)
 	         "canary %d (session %.8s, VM %s on %s): submitted %s, VMI Running %s later, "
 	         "agent ready %s later, console %s, grader %s, fence %s, ended and reclaimed %s",
 	         c->n, c->sid, c->vm, r->cc.environment, a, b, e, f, g, h, k);
+}
+
+/* Both probes at once, each from its own thread with its own agent client
+ * (a dropped connection costs the probe's whole timeout: run one after the
+ * other, the fence would take twice as long). The addresses and tokens are
+ * read first, in this thread, as every agent call reads them. */
+struct fence_job {
+	struct agent a;
+	struct session s;
+	int loaded;
+	int port;
+	char *cmd;
+	int rc;
+	cJSON *res;
+	double took;
+};
+
+static void *fence_thread(void *arg)
+{
+	struct fence_job *j = arg;
+	double t = util_mono_s();
+	j->rc = agent_run(&j->a, j->s.vms[0].ip, j->port, j->s.vms[0].token, j->cmd, 15, 20 * 1000L,
+	                  &j->res);
+	j->took = util_mono_s() - t;
+	return NULL;
+}
+
+static void canary_fences(struct run *r)
+{
+	struct doc *d = r->d;
+	struct fence_job j[NCANARY];
+	pthread_t th[NCANARY];
+	int started[NCANARY] = {0};
+	char why[NCANARY][600];
+
+	memset(j, 0, sizeof j);
+	for (int i = 0; i < NCANARY; i++) {
+		struct canary *c = &r->c[i], *o = &r->c[1 - i];
+		why[i][0] = '\0';
+		j[i].rc = -1;
+		j[i].port = r->cc.agent_port;
+		if (agent_init(&j[i].a) < 0) {
+			snprintf(why[i], sizeof why[i], "no HTTP client");
+			continue;
+		}
+		if (canary_inside(r, c, &j[i].s, why[i], sizeof why[i]) < 0)
+			continue;
+		j[i].loaded = 1;
+		j[i].cmd = canary_probe_cmd(d, &r->x, &r->cc, o->ip);
+		started[i] = pthread_create(&th[i], NULL, fence_thread, &j[i]) == 0;
+		if (!started[i])
+			snprintf(why[i], sizeof why[i], "no thread for its probe");
+	}
+	for (int i = 0; i < NCANARY; i++) {
+		struct canary *c = &r->c[i], *o = &r->c[1 - i];
+		if (started[i])
+			pthread_join(th[i], NULL);
+		if (started[i] && j[i].rc < 0)
+			snprintf(why[i], sizeof why[i], "its agent at %s:%d: %s", j[i].s.vms[0].ip,
+			         j[i].port, j[i].a.msg);
+		if (!started[i] || j[i].rc < 0) {
+			doc_line(d, DOC_FAIL, "the backend must reach the labs' agents",
+			         "canary %d could not try the fence: %s", c->n, why[i]);
+			c->d_fence = -1;
+		} else {
+			c->d_fence = canary_fence(d, c->n, o->n, j[i].res) == 0 ? j[i].took : -1;
+		}
+		cJSON_Delete(j[i].res);
+		free(j[i].cmd);
+		if (j[i].loaded)
+			session_free(&j[i].s);
+		agent_cleanup(&j[i].a);
+	}
 }
 
 /* The environment's name for the canaries: "<environment>-doctor" (a label
@@ -453,25 +535,8 @@ void check_canary(struct doc *d)
 		                   : -1;
 		canary_grade(r, c);
 	}
-	if (both && !bench_stop) {
-		for (int i = 0; i < NCANARY; i++) {
-			struct canary *c = &r->c[i], *o = &r->c[1 - i];
-			double t = util_mono_s();
-			char why[600];
-			cJSON *res = NULL;
-			char *cmd = canary_probe_cmd(d, &r->x, &r->cc, o->ip);
-			if (canary_run(r, c, cmd, 15, &res, why, sizeof why) < 0) {
-				doc_line(d, DOC_FAIL, "the backend must reach the labs' agents",
-				         "canary %d could not try the fence: %s", c->n, why);
-				c->d_fence = -1;
-			} else {
-				c->d_fence =
-				    canary_fence(d, c->n, o->n, res) == 0 ? util_mono_s() - t : -1;
-			}
-			free(cmd);
-			cJSON_Delete(res);
-		}
-	}
+	if (both && !bench_stop)
+		canary_fences(r);
 done:
 	if (bench_stop)
 		doc_line(
@@ -480,10 +545,13 @@ done:
 		    "interrupted (SIGINT or SIGTERM): the canaries were ended before they were "
 		    "tried to the end");
 	for (int i = 0; i < NCANARY; i++) {
+		r->c[i].err[0] = '\0';
+		canary_end(r, &r->c[i]);
+	}
+	for (int i = 0; i < NCANARY; i++) {
 		struct canary *c = &r->c[i];
 		int was_ready = c->ready;
-		c->err[0] = '\0';
-		canary_end(r, c);
+		canary_reclaim(r, c);
 		if (c->started && !c->reclaimed)
 			doc_line(
 			    d, DOC_FAIL,
