@@ -31,6 +31,7 @@
 #include "locks.h"
 #include "log.h"
 #include "provision.h"
+#include "queue.h"
 #include "session.h"
 #include "session_change.h"
 #include "ticket.h"
@@ -93,10 +94,28 @@ static int canary_start(struct run *r, struct canary *c)
 		goto out;
 	}
 	lab_plan_disks(x, &p, "labvm-doctor");
+	/* the start's discipline: the seats counted in the cluster under the
+	 * capacity lock, waited for at most capacity_lock_timeout_ms */
 	const char *pk[1] = {p.rt->capacity_key};
-	if (db_begin(&x->db) < 0 ||
-	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", $1::int)", 1, pk) < 0 ||
-	    session_create(x, &p, c->user, now_epoch()) < 0) {
+	char lt[64];
+	snprintf(lt, sizeof lt, "SET LOCAL lock_timeout = %d", x->cfg->capacity_lock_timeout_ms);
+	if (db_begin(&x->db) < 0 || db_cmd(&x->db, lt, 0, NULL) < 0 ||
+	    db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_CAPACITY ", $1::int)", 1, pk) < 0) {
+		snprintf(c->err, sizeof c->err, "the capacity lock: %s", x->db.msg);
+		goto out;
+	}
+	long in_use = 0, code = lab_count(x, p.rt, &in_use);
+	if (code != 200 || in_use + 1 > p.rt->capacity(x->cfg)) {
+		if (code != 200)
+			snprintf(c->err, sizeof c->err,
+			         "the lab VMs could not be counted (HTTP %ld: %s)", code,
+			         x->kube.msg);
+		else
+			snprintf(c->err, sizeof c->err, "vm_capacity %d is full (%ld in use)",
+			         p.rt->capacity(x->cfg), in_use);
+		goto out;
+	}
+	if (session_create(x, &p, c->user, now_epoch()) < 0) {
 		snprintf(c->err, sizeof c->err, "the database: %s", x->db.msg);
 		goto out;
 	}
@@ -492,6 +511,14 @@ void check_canary(struct doc *d)
 		doc_line(d, DOC_FAIL, "see checks 1 and 2",
 		         "not run: the lab VMs could not be counted (HTTP %ld: %s)", code,
 		         r->x.kube.msg);
+		goto done;
+	}
+	/* students waiting in line come first (queue.h: strict FIFO per pool) */
+	long line = queue_seats_ahead(&d->x, r->rt->name, NULL);
+	if (line > 0) {
+		doc_line(d, DOC_WARN, "run the doctor when nobody waits in line",
+		         "not run: %ld seat%s of the waiting line come first", line,
+		         line == 1 ? "" : "s");
 		goto done;
 	}
 	if (in_use + NCANARY > cap) {
