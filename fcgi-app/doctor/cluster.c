@@ -9,6 +9,7 @@
 #include "doctor_gen.h"
 #include "jsonx.h"
 #include "perms.h"
+#include "runtime.h"
 #include "util.h"
 
 /* ---------------------------------------------------------- 1 credentials */
@@ -321,7 +322,7 @@ static void lessons_with(const struct doc *d, int (*pred)(const struct lesson *)
 
 static int is_vm(const struct lesson *l)
 {
-	return l->runtime == RUNTIME_VM;
+	return runtime_of(l->runtime)->kvm;
 }
 
 static int has_machines(const struct lesson *l)
@@ -331,7 +332,7 @@ static int has_machines(const struct lesson *l)
 
 static int uses_cdi(const struct lesson *l)
 {
-	for (size_t m = 0; l->runtime == RUNTIME_VM && m < lesson_nmachines(l); m++)
+	for (size_t m = 0; runtime_of(l->runtime)->has_disk && m < lesson_nmachines(l); m++)
 		if (lesson_machine(l, m)->disk != DISK_CONTAINERDISK)
 			return 1;
 	return 0;

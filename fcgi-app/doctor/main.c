@@ -24,6 +24,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "perms.h"
+#include "runtime.h"
 #include "util.h"
 
 /* What the canaries try as "the internet" by default (--internet): a public
@@ -115,7 +116,7 @@ void doc_gib(char *out, size_t n, long long bytes)
 int doc_need_vms(const struct doc *d)
 {
 	for (size_t i = 0; i < d->lessons.n; i++)
-		if (d->lessons.v[i].runtime == RUNTIME_VM)
+		if (runtime_of(d->lessons.v[i].runtime)->kvm)
 			return 1;
 	return 0;
 }
@@ -125,7 +126,8 @@ int doc_need_cdi(const struct doc *d)
 	int need = 0;
 	for (size_t i = 0; i < d->lessons.n; i++) {
 		const struct lesson *l = &d->lessons.v[i];
-		for (size_t m = 0; l->runtime == RUNTIME_VM && m < lesson_nmachines(l); m++) {
+		for (size_t m = 0; runtime_of(l->runtime)->has_disk && m < lesson_nmachines(l);
+		     m++) {
 			enum lesson_disk k = lesson_machine(l, m)->disk;
 			if (k == DISK_DATAVOLUME)
 				need = 2;
