@@ -6,6 +6,7 @@
 
 #include "canary.h"
 #include "jsonx.h"
+#include "runtime.h"
 #include "session.h"
 #include "session_change.h"
 #include "util.h"
@@ -60,7 +61,8 @@ static const struct lesson *model_lesson(const struct doc *d)
 {
 	for (size_t i = 0; d->have_lessons && i < d->lessons.n; i++) {
 		const struct lesson *l = &d->lessons.v[i];
-		if (l->runtime == RUNTIME_VM && l->disk == DISK_CONTAINERDISK && !l->nmachines)
+		const struct runtime_ops *rt = runtime_of(l->runtime);
+		if (rt->kvm && rt->has_disk && l->disk == DISK_CONTAINERDISK && !l->nmachines)
 			return l;
 	}
 	return NULL;
