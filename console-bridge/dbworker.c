@@ -281,7 +281,11 @@ static void run_check(struct db_req *q)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			break;
-		/* the nonce is recorded whatever the session: single use holds across
+		/* the sessions of this environment, and labvm-doctor's canaries
+		 * (environment "<env>-doctor", fcgi-app/doctor/canary.c): the
+		 * doctor opens their consoles through this very bridge, with a
+		 * ticket of the same key (README "Before the class").
+		 * The nonce is recorded whatever the session: single use holds across
 		 * bridges and restarts; the last column says whether this was the
 		 * first use (a session that is gone answers no row anyway) */
 		res = PQexecParams(
@@ -292,7 +296,7 @@ static void run_check(struct db_req *q)
 		    "SELECT s.user_name, s.state, v.vm_name, s.runtime, "
 		    "(SELECT count(*) FROM used) FROM sessions s "
 		    "JOIN session_vms v ON v.session_id = s.id "
-		    "WHERE s.id = $1 AND s.environment = $2",
+		    "WHERE s.id = $1 AND s.environment IN ($2, $2 || '-doctor')",
 		    4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
@@ -368,7 +372,8 @@ static void run_recheck(struct db_req *q)
 			return; /* database down: keep the open consoles */
 		res = PQexecParams(W.pg,
 		                   "SELECT q.id::text FROM unnest($1::uuid[]) AS q(id) "
-		                   "LEFT JOIN sessions s ON s.id = q.id AND s.environment = $2 "
+		                   "LEFT JOIN sessions s ON s.id = q.id "
+		                   "AND s.environment IN ($2, $2 || '-doctor') "
 		                   "WHERE s.state IS DISTINCT FROM 'ready'",
 		                   2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)

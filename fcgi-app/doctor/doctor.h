@@ -39,6 +39,9 @@ struct doc {
 	struct labctx x;        /* the reaper's: this process's cluster client and database */
 	int json;
 	int canary; /* --canary / --no-canary (check 6) */
+	const char
+	    *console_url;     /* --console: labvm-console's address (NULL: ws://console_listen) */
+	const char *internet; /* --internet HOST:PORT the canaries should reach (NULL: none) */
 	const struct check *cur;
 	cJSON *results; /* every line, for --json */
 	int n[3];       /* lines by verdict */
