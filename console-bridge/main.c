@@ -106,6 +106,7 @@ static void db_answers(void)
 				last_recheck = 0; /* re-check the open sessions now */
 			break;
 		case DB_RECHECK:
+		case DB_ACTIVITY: /* no answer */
 			break;
 		}
 		free(r);

@@ -85,6 +85,25 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 	return 0;
 }
 
+/* A number of minutes (a fraction allowed) as whole seconds, at least 1
+ * when above 0; absent: def (seconds). */
+static int get_minutes_s(const cJSON *o, const char *key, int def, int max_min, int *dst,
+                         char *err, size_t errlen)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!v || cJSON_IsNull(v)) {
+		*dst = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= max_min)) {
+		snprintf(err, errlen, "\"%s\" must be a number of minutes in 0..%d", key, max_min);
+		return -1;
+	}
+	double sec = v->valuedouble * 60.0;
+	*dst = sec > 0 && sec < 1 ? 1 : (int)(sec + 0.5);
+	return 0;
+}
+
 /* "i18n": {"ja": {...}}: a lesson's title and description, a grader step's name */
 static const cJSON *kj_get_ja(const cJSON *o)
 {
@@ -166,8 +185,18 @@ static int parse_obj(const cJSON *o, struct lesson *l, int image_required, char 
 	        0 ||
 	    get_int(o, "ready_timeout_s", 300, 1, 86400, &l->ready_timeout_s, err, errlen) < 0 ||
 	    get_int(o, "grade_timeout_s", 0, 1, 3600, &l->grade_timeout_s, err, errlen) < 0 ||
-	    get_int(o, "warm", 0, 0, 1000, &l->warm, err, errlen) < 0)
+	    get_int(o, "warm", 0, 0, 1000, &l->warm, err, errlen) < 0 ||
+	    get_minutes_s(o, "idle_minutes", -1, 24 * 60, &l->idle_s, err, errlen) < 0 ||
+	    get_minutes_s(o, "extend_minutes", 15 * 60, 24 * 60, &l->extend_s, err, errlen) < 0 ||
+	    get_int(o, "max_extensions", 2, 0, 100, &l->max_extensions, err, errlen) < 0)
 		goto fail;
+	if (l->max_extensions > 0 && l->extend_s == 0) {
+		snprintf(err, errlen,
+		         "\"extend_minutes\" is 0 but \"max_extensions\" is %d: an extension "
+		         "would add nothing (set max_extensions to 0 for none)",
+		         l->max_extensions);
+		goto fail;
+	}
 	/* minutes count from ready: a start may take both deadlines, and a lab
 	 * shorter than that is a mistake in the lesson */
 	if ((long)l->minutes * 60 < (long)l->running_timeout_s + l->ready_timeout_s) {
