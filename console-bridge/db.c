@@ -351,11 +351,12 @@ static void run_activity(struct db_req *q)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			return;
-		PGresult *res = PQexecParams(W.pg,
-		                             "UPDATE sessions SET last_activity_at = clock_timestamp() "
-		                             "WHERE id = $1::uuid AND environment = $2 AND "
-		                             "state = 'ready'",
-		                             2, NULL, params, NULL, NULL, 0);
+		PGresult *res =
+		    PQexecParams(W.pg,
+		                 "UPDATE sessions SET last_activity_at = clock_timestamp() "
+		                 "WHERE id = $1::uuid AND environment = $2 AND "
+		                 "state = 'ready'",
+		                 2, NULL, params, NULL, NULL, 0);
 		int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
 		if (!ok)
 			log_warn("session %s: recording activity: %s", q->sid,

@@ -354,9 +354,8 @@ static void check_one(const char *file, int *bad)
 			       "\"idle_minutes\" (%d s) is not shorter than \"minutes\" (%d min): "
 			       "the lab expires before it could end for idleness",
 			       l.idle_s, l.minutes);
-		if (l.max_extensions > 0 && (long)l.minutes * 60 +
-		                                    (long)l.max_extensions * l.extend_s >
-		                                24L * 3600)
+		if (l.max_extensions > 0 &&
+		    (long)l.minutes * 60 + (long)l.max_extensions * l.extend_s > 24L * 3600)
 			report(&c, 0,
 			       "\"minutes\" plus %d extensions of %d s run past a day: is that "
 			       "meant?",

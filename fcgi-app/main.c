@@ -229,9 +229,10 @@ int main(int argc, char **argv)
 		if (idle <= 0 || idle > cfg.idle_warning_s)
 			continue;
 		if (check_only) {
-			log_err("lessons: lesson \"%s\": its idle end (%d s without activity) is not "
-			        "longer than idle_warning_s (%d s): the warning would come at once",
-			        l->id, idle, cfg.idle_warning_s);
+			log_err(
+			    "lessons: lesson \"%s\": its idle end (%d s without activity) is not "
+			    "longer than idle_warning_s (%d s): the warning would come at once",
+			    l->id, idle, cfg.idle_warning_s);
 			return 1;
 		}
 		log_warn("lesson \"%s\": idle end %d s, idle_warning_s %d s: the warning comes at "

@@ -79,12 +79,9 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	const struct {
 		const char *what;
 		int n;
-	} del[] = {{"expired", k->expired},
-	           {"idle", k->idle},
-	           {"failed_stuck", k->failed_stuck},
-	           {"vanished", k->vanished},
-	           {"orphan_vm", k->orphan_vms},
-	           {"orphan_secret", k->orphan_secrets},
+	} del[] = {{"expired", k->expired},           {"idle", k->idle},
+	           {"failed_stuck", k->failed_stuck}, {"vanished", k->vanished},
+	           {"orphan_vm", k->orphan_vms},      {"orphan_secret", k->orphan_secrets},
 	           {"orphan_pod", k->orphan_pods}};
 	char lab[64];
 	db_rollback(&x->db);
@@ -530,14 +527,15 @@ int main(int argc, char **argv)
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
-	       "idle=%d failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
+	       "idle=%d failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d "
+	       "orphan_networks=%d "
 	       "orphan_pods=%d kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d "
 	       "pool_stale=%d pool_surplus=%d pool_vanished=%d errors=%d status=%s "
 	       "duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
-	       k.idle, k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.orphan_pods, k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale,
-	       pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
+	       k.idle, k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets,
+	       k.orphan_networks, k.orphan_pods, k.kept_young, pk.created, pk.became_ready,
+	       pk.failed, pk.stale, pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
 	       (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);

@@ -132,7 +132,8 @@ static int catch_up(struct labctx *x, struct watcher *w)
 				return -1;
 			}
 			w->last = ev[i].seq;
-			if (w->through ? !session_active(&ev[i].s) : ev[i].s.state != SESSION_STARTING) {
+			if (w->through ? !session_active(&ev[i].s)
+			               : ev[i].s.state != SESSION_STARTING) {
 				session_events_free(ev, n);
 				return 1;
 			}
@@ -489,8 +490,9 @@ int stream_slot_release(struct db *d, const char *user, int slot)
 void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
                   const char *user, int slot, int through)
 {
-	struct watcher w = {fr,   fr->ipcFd, {0}, last, util_mono_s(), starting, xstrdup(user), slot,
-	                    through, through ? util_epoch_s() : 0, 0};
+	struct watcher w = {fr,       fr->ipcFd,     {0},  last,    util_mono_s(),
+	                    starting, xstrdup(user), slot, through, through ? util_epoch_s() : 0,
+	                    0};
 	struct timeval tv = {SEND_TIMEOUT_S, 0};
 	snprintf(w.id, sizeof w.id, "%s", session_id);
 	setsockopt(fr->ipcFd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

@@ -87,8 +87,8 @@ static int get_int(const cJSON *o, const char *key, int def, int min, int max, i
 
 /* A number of minutes (a fraction allowed) as whole seconds, at least 1
  * when above 0; absent: def (seconds). */
-static int get_minutes_s(const cJSON *o, const char *key, int def, int max_min, int *dst,
-                         char *err, size_t errlen)
+static int get_minutes_s(const cJSON *o, const char *key, int def, int max_min, int *dst, char *err,
+                         size_t errlen)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!v || cJSON_IsNull(v)) {

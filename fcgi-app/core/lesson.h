@@ -76,7 +76,7 @@ struct lesson {
 	char *machine;
 	struct lesson *machines;
 	size_t nmachines;
-	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	int warm; /* VMs kept ready ahead of a press (the warm pool); 0 = none */
 	/* issue #28, in seconds: "idle_minutes" (-1 absent: the configured
 	 * default; 0 never), "extend_minutes" (default 15) and "max_extensions"
 	 * (default 2). Minutes may have a fraction (0.5 = 30 s): time-scaled

@@ -18,7 +18,7 @@
 	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "     \
 	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "            \
 	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "      \
-	"extract(epoch from expires_at), extract(epoch from clock_timestamp()), network, "        \
+	"extract(epoch from expires_at), extract(epoch from clock_timestamp()), network, "         \
 	"labvm_ts(last_activity_at), extract(epoch from last_activity_at), idle_s, extend_s, "     \
 	"extensions_left, labvm_ts(last_activity_at + make_interval(secs => idle_s))"
 

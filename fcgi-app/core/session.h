@@ -137,14 +137,7 @@ int session_stage_parse(const char *v);
  *
  * An overdue stage still gets its last look: a VM that is Running at the
  * deadline is not failed. The runtime (vm, pod) does not change the rules. */
-enum session_due_what {
-	DUE_NOTHING,
-	DUE_EXPIRE,
-	DUE_NO_VM,
-	DUE_RUNNING,
-	DUE_READY,
-	DUE_IDLE
-};
+enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY, DUE_IDLE };
 struct session_due {
 	enum session_due_what what;
 	int overdue;     /* DUE_RUNNING / DUE_READY: the deadline has passed */

@@ -103,11 +103,10 @@ int session_create_claimed(struct labctx *x, const char *sid, const char *user,
 	snprintf(idle, sizeof idle, "%d", lab_idle_s(x->cfg, l));
 	snprintf(ext, sizeof ext, "%d", l->extend_s);
 	snprintf(next, sizeof next, "%d", l->max_extensions);
-	const char *ps[17] = {sid,     user,    l->id,  x->cfg->environment,
-	                      v->disk, v->fallback, rto, yto,
-	                      at,      minutes, v->vm,  runtime_of(l->runtime)->name,
-	                      READY,   ready,   idle,   ext,
-	                      next};
+	const char *ps[17] = {
+	    sid, user,    l->id, x->cfg->environment,          v->disk, v->fallback, rto,  yto,
+	    at,  minutes, v->vm, runtime_of(l->runtime)->name, READY,   ready,       idle, ext,
+	    next};
 	const char *pv[8] = {sid, v->vm, v->secret, v->token, v->ip, v->disk, v->fallback, ready};
 	if (db_cmd(&x->db,
 	           "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, "

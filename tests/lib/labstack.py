@@ -49,7 +49,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 PGBIN = "/usr/lib/postgresql/15/bin"
 PASSWORD = "labvm"    # the students' (HTTP Basic); the database's is random per state folder
 USERS = 200          # the demo's students: student1..student200
-TEST_USERS = 400     # test stacks have more, so suites can each reserve their own
+TEST_USERS = 440     # test stacks have more, so suites can each reserve their own (t190_idle: 400-439)
 
 
 class StackError(Exception):
@@ -368,6 +368,9 @@ class Stack:
             "fcgi_threads": "4",
             # tests see a keepalive comment within seconds
             "stream_keepalive_s": "2",
+            # issue #28: the idle lessons (tests/lessons/test-idle*.json) end
+            # after 12 s without activity; the warning comes 4 s before
+            "idle_warning_s": "4",
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "300",  # >= the longest start of kubeadm-cluster

@@ -73,16 +73,16 @@ static const struct fixture fixtures[] = {
     /* issue #28: idle ending (only a ready session is ever idle) */
     {"ready/ready, idle on", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnniiini", 0,
      IDLE_S, 1},
-    {"ready/ready, idle end after the expiry", SESSION_READY, STAGE_READY, 1, 1, 1, 1,
-     EXPIRES_RDY, "nnnnnxxnn", 0, 7200, 1},
-    {"ready/ready, idle end at the expiry (a tie: expired)", SESSION_READY, STAGE_READY, 1, 1, 1,
-     1, EXPIRES_RDY, "nnnnnxxnn", 0, 3600, 1},
+    {"ready/ready, idle end after the expiry", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY,
+     "nnnnnxxnn", 0, 7200, 1},
+    {"ready/ready, idle end at the expiry (a tie: expired)", SESSION_READY, STAGE_READY, 1, 1, 1, 1,
+     EXPIRES_RDY, "nnnnnxxnn", 0, 3600, 1},
     {"ready/ready, idle on, no activity recorded", SESSION_READY, STAGE_READY, 1, 1, 1, 1,
      EXPIRES_RDY, "nnnnnxxnn", 0, IDLE_S, 0},
     {"starting/setting_up, idle on", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
      "yyyYYYYYY", READY_DL, IDLE_S, 1},
-    {"starting/booting, idle on", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES,
-     "rrRRRRRRR", RUN_DL, IDLE_S, 1},
+    {"starting/booting, idle on", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRRRRRR",
+     RUN_DL, IDLE_S, 1},
     {"ended/ready, idle on", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnnnnn", 0,
      IDLE_S, 1},
     {"failed/setting_up, idle on", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
@@ -188,7 +188,8 @@ int main(void)
 		make(&s, &fixtures[warns[i].fixture], RUNTIME_VM, &vm);
 		struct session_warning w = session_warning(&s, warns[i].now);
 		double next = session_warning_next(&s, warns[i].now);
-		CHECK(w.kind == warns[i].kind && w.ends_at == warns[i].ends_at && next == warns[i].next,
+		CHECK(w.kind == warns[i].kind && w.ends_at == warns[i].ends_at &&
+		          next == warns[i].next,
 		      "warning: %s (%s)", warns[i].name, session_warning_kind_str(warns[i].kind));
 		if (w.kind != warns[i].kind || next != warns[i].next)
 			printf("#   got %s ends %.0f next %.0f\n", session_warning_kind_str(w.kind),
