@@ -370,6 +370,9 @@ cJSON *session_json(const struct session *s)
 	jx_add_str(o, "idle_ends_at", session_idle_ends(s) > 0 ? s->idle_ends_at : NULL);
 	jx_add_num(o, "extensions_left", session_active(s) ? s->extensions_left : 0);
 	jx_add_num(o, "extend_minutes", s->extend_s / 60.0);
+	/* how long before an end the warning comes (idle_warning_s): a polling
+	 * page knows when to look again */
+	jx_add_num(o, "warning_s", s->warn_s);
 	struct session_warning w = session_warning(s, s->t_now);
 	if (w.kind != WARN_NONE) {
 		cJSON *wj = jx_add_obj(o, "warning");
