@@ -123,6 +123,13 @@ struct opts {
 	double reaction_s;    /* retry-only: 0..this after Retry-After */
 	double retry_after_s; /* retry-only: wait this instead of Retry-After (0: the server's) */
 	double place_poll_s;  /* the line: poll the place every (--poll) */
+	/* class walk-aways (issue #28): a share of the students stops working at a
+	 * random moment of their hold and never comes back (the page stays open);
+	 * with --idle-lesson the class runs in line mode twice, idle ending off
+	 * (--lesson) and on (--idle-lesson) */
+	double walkaway;    /* 0..1 */
+	char *idle_lesson;  /* the same lesson with idle_minutes */
+	double activity_s;  /* a working student's activity every (typing, as the bridge records it) */
 };
 
 /* ------------------------------------------------------------------- stop */
