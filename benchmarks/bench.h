@@ -1,6 +1,6 @@
 /* bench.h - labvm-bench: readiness distributions and load figures.
  *
- * One binary, one subcommand per figure (see main.c and README.md):
+ * One binary, one subcommand per figure (main.c's CMDS; README.md):
  *
  *   readiness   N students start sessions through the HTTP API; per stage times
  *   report      the same distributions from the session rows in PostgreSQL
@@ -16,8 +16,10 @@
 #ifndef LABVM_BENCH_BENCH_H
 #define LABVM_BENCH_BENCH_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
@@ -40,7 +42,7 @@ enum bench_cmd {
 	CMD_CLASS = 1 << 7,
 };
 
-/* Filled from the option table (OPTS in main.c): one row per flag, with its
+/* Filled from the option table (OPTS in opts.c): one row per flag, with its
  * default, bounds and --help line. */
 struct opts {
 	const char *cmd_name;
@@ -132,9 +134,20 @@ struct opts {
 	double activity_s;  /* a working student's activity every (typing, as the bridge records it) */
 };
 
+/* opts.c: a stack's env file (--env, $LABVM_ENV_FILE or .demo/env) into the
+ * environment, unless --help; then every option's default (its environment
+ * variable when set, else the table's); then the command line for o->cmd:
+ * 0 ok, -1 a bad option (message on stderr), 1 --help was asked. */
+void opts_env_defaults(int argc, char **argv);
+void opts_defaults(struct opts *o);
+int opts_parse(struct opts *o, int argc, char **argv);
+/* The --help lines of the options of cmd. */
+void opts_usage(FILE *f, enum bench_cmd cmd);
+void opts_free(struct opts *o);
+
 /* ------------------------------------------------------------------- stop */
 
-/* Set by SIGINT/SIGTERM: workers stop starting, end what they started. */
+/* stop.c: set by SIGINT/SIGTERM: workers stop starting, end what they started. */
 extern volatile sig_atomic_t bench_stop;
 void bench_signals(void);
 /* Sleep s seconds, in small steps; returns early (1) when bench_stop is set. */
@@ -186,13 +199,14 @@ int bench_helpers_start(const struct opts *o, const char *lesson, struct helper 
  * (3 tries). */
 int bench_helper_end(const struct opts *o, struct bapi *a, struct helper *h);
 
-/* user i (0-based, from --first / the users file) and its password (borrowed) */
+/* users.c: user i (0-based, from --first / the users file) and its password (borrowed) */
 int bench_users_load(struct opts *o);
 int bench_user_count(const struct opts *o);
 void bench_user(const struct opts *o, int i, char out[64]);
 const char *bench_password(const struct opts *o, int i);
+void bench_users_free(void);
 
-/* A kube client on the admin (read) token: 0 ok, -1 not configured / failed. */
+/* cluster.c: a kube client on the admin (read) token: 0 ok, -1 not configured / failed. */
 int bench_kube(const struct opts *o, struct cfg *c, struct kube *k);
 void bench_kube_free(struct cfg *c, struct kube *k);
 /* Count VirtualMachines labelled <prefix>/lab-session=true; -1 on failure. */
@@ -291,6 +305,7 @@ struct metric {
 	const char *side;  /* server | cluster | client */
 	const char *label; /* table text */
 };
+/* metric.c */
 extern const struct metric bench_metrics[M_COUNT];
 double rsample_metric(const struct rsample *s, enum metric_id m);
 /* 1 when every reached stage is in order (request <= submitted <= running <= ready),
@@ -333,12 +348,14 @@ int rset_write(const struct rset *r, const char *dir, const char *stem, const ch
  * more than a decade). Self-contained, no scripts. */
 int svg_write_rset(const struct rset *r, const char *path, const char *title);
 
-/* RFC 3339 "YYYY-MM-DDTHH:MM:SS[.fff]Z" (or +00:00) -> epoch seconds; NAN if bad. */
+/* text.c: RFC 3339 "YYYY-MM-DDTHH:MM:SS[.fff]Z" (or +00:00) -> epoch seconds; NAN if bad. */
 double bench_parse_time(const char *s);
 /* "2026-11-29T16:09:09.144Z" of epoch seconds (out: 32 bytes). */
 void bench_fmt_time(double t, char out[32]);
 /* Copy src (NULL = "") into dst of size n, truncated at n-1 bytes. */
 void bench_copy(char *dst, size_t n, const char *src);
+/* snprintf that cuts quietly at the buffer's end */
+__attribute__((format(printf, 3, 4))) void bench_fmt_cut(char *out, size_t n, const char *fmt, ...);
 
 /* ----------------------------------------------------------------- output */
 
@@ -354,6 +371,68 @@ double bench_round(double x, int digits);
 void bench_jnum(cJSON *o, const char *k, double x, int digits);
 /* {n, min, [p25,] p50, [p75,] p90, p99, max, mean, stdev}, rounded. */
 cJSON *bench_stats_json(const struct stats *s, int digits, int quartiles);
+
+/* ------------------------------------------------------------------ class */
+
+/* `labvm-bench class` (class.c runs it, class_figures.c sums it up) */
+struct crun;
+
+/* One student of the class: who, when they press, how long they keep the lab */
+struct student {
+	struct crun *r;
+	int i;
+	char user[64];
+	double offset, hold; /* s: the press after the start signal, the lab kept */
+	uint64_t rng;        /* reactions */
+	/* results (wall clock, s; NAN when not reached) */
+	double pressed, admitted, seen;
+	int tries;
+	int joined;
+	long position;
+	double estimate, bound;
+	char sid[40];
+	char err[200];
+	/* walk-aways (issue #28) */
+	int walks;        /* this student walks away */
+	double walk_frac; /* ... at this share of the hold */
+	double left;      /* wall: stopped working (walked away, or ended the lab) */
+	int mistake;      /* a working student's lab ended for idleness */
+	int idle_end;     /* the session ended with end_reason idle */
+};
+
+/* One mode's run of the class (class.c run_mode) */
+struct crun {
+	const struct opts *o;
+	const char *lesson;
+	int line;
+	int idle;  /* -1: no walk-away pair; 0 idle ending off, 1 on */
+	double t0; /* wall: the start signal */
+	pthread_barrier_t bar;
+	/* sampler */
+	volatile int sampling;
+	long most, samples, sample_failures;
+};
+
+/* The figures of one mode over its students */
+struct msum {
+	const char *mode, *shown;
+	int got, errors;
+	struct stats wait, abserr;
+	double wait_p95, err_p95;
+	double presses, signed_med;
+	long inv, pairs, most;
+	int joined, estimated, bound_checked, bound_held;
+	char first_err[200];
+	/* walk-aways (issue #28) */
+	int walkaways, idle_ends, mistakes;
+	double utilisation; /* seat-seconds worked / seat-seconds available */
+};
+
+void class_summarize(const struct crun *r, struct student *st, int n, struct msum *m);
+/* the mode's figures and every student's, times from t0 (the start signal) */
+cJSON *class_mode_json(const struct msum *m, const struct student *st, int n, double t0);
+/* the table, one column per mode */
+void class_print_table(const struct msum *m, int nm, const struct opts *o);
 
 /* ------------------------------------------------------------- commands */
 

@@ -285,9 +285,12 @@ def main():
         Api(u, base=bases[0]).end_current()
     grace = int(CONF["orphan_grace_s"])
     time.sleep(grace + 2)
-    reaper = os.path.join(st.bindir, "labvm-reaper")
+    # as the CronJob's Pod runs it (its own network namespace and labels)
+    r_pod = st.reaper_pod()
+    reaper = (["nsenter", f"--net={r_pod['netns']}", "--"] if r_pod else []) + \
+        [os.path.join(st.bindir, "labvm-reaper")]
     for i in range(2):
-        r = subprocess.run([reaper], env=dict(os.environ, LABVM_CONF=st.conf),
+        r = subprocess.run(reaper, env=dict(os.environ, LABVM_CONF=st.conf),
                            capture_output=True, text=True, timeout=300)
         print(f"chaos: reaper pass {i + 1}: exit {r.returncode}; "
               f"{r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ''}", flush=True)

@@ -22,6 +22,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
 from labclient import Db, Kube, env  # noqa: E402
+from labtest import reaper_argv  # noqa: E402
 
 P = "labvm.io"
 
@@ -99,7 +100,7 @@ def main():
             print(f"run {run + 1}: built 1000 sessions and 1000 objects in "
                   f"{time.monotonic() - t0:.1f} s", flush=True)
             t0 = time.monotonic()
-            r = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper"), "--grace", "0"],
+            r = subprocess.run(reaper_argv("--grace", "0"),
                                env=dict(os.environ, LABVM_CONF=conf), capture_output=True,
                                text=True)
             wall = time.monotonic() - t0

@@ -32,7 +32,7 @@
  *     1011  internal error (out of memory)
  *
  * Threads: one lws service thread owns every connection and session; a DB
- * worker thread (db.c) owns its own PGconn, runs the owner/state checks and
+ * worker thread (dbworker.c) owns its own PGconn, runs the owner/state checks and
  * LISTENs on channel "labvm_session"; results come back through a mutex-guarded
  * list and lws_cancel_service() -> LWS_CALLBACK_EVENT_WAIT_CANCELLED.
  *
@@ -49,7 +49,7 @@
  *                 periodic tick, database answers, the service loop
  *   server.c      the listening side: the browser protocol's callback, the
  *                 admission checks, single-use tickets, GET /console-stats
- *   session.c     one console session: attach/detach of browsers, relay,
+ *   bsession.c    one console session: attach/detach of browsers, relay,
  *                 flow control, the replay ring, closing with a reason
  *   browser.c     one browser WebSocket: output queue, status and closed
  *                 messages, its read pause, the close handshake
@@ -61,7 +61,7 @@
  *                         flow control, close
  *   kubeapi.c     the API server's address and the rotating bearer token
  *   bytequeue.c   the chunked byte queue and the replay ring (unit tested)
- *   db.c          the database worker thread
+ *   dbworker.c    the database worker thread
  */
 
 #ifndef LABVM_CONSOLE_BRIDGE_H

@@ -1,7 +1,7 @@
 /* browser.h - one browser WebSocket (the lws per-session data of protocol
  * BRIDGE_PROTO): its output queue, the status and closed messages, the pause
  * of its reading, and the close handshake with a code and a reason. It knows
- * nothing of console sessions; session.c attaches it to one, server.c feeds
+ * nothing of console sessions; bsession.c attaches it to one, server.c feeds
  * it lws's events. */
 #ifndef LABVM_CONSOLE_BROWSER_H
 #define LABVM_CONSOLE_BROWSER_H
@@ -28,7 +28,7 @@ struct bconn {
 	enum bc_state state;
 	lws_dll2_t all;        /* in B->conns, from ESTABLISHED to CLOSED */
 	lws_dll2_t in_sess;    /* in sess->conns, when attached */
-	struct bsession *sess; /* when attached (session.c) */
+	struct bsession *sess; /* when attached (bsession.c) */
 	struct bq out;         /* to the browser */
 	int rx_paused;         /* we stopped reading this browser */
 	int want_pause;        /* stop reading it from its next writeable */
@@ -61,7 +61,7 @@ int bc_send_status(struct bconn *c, const char *state);
 int bc_send(struct bconn *c, const void *p, size_t n);
 /* Close with a code and a reason: queue {"type":"closed",...}, then a close
  * frame; flush: send what is queued first. Logs once; a no-op when closing
- * already. An attached connection is detached by the caller (session.c). */
+ * already. An attached connection is detached by the caller (bsession.c). */
 void bc_close(struct bconn *c, int code, const char *reason, int flush);
 /* Stop (0) or resume (1) reading the browser; a pause takes effect from its
  * next writeable callback, never inside its RECEIVE (see upstream.h). */

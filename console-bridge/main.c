@@ -12,10 +12,10 @@
 #include <time.h>
 
 #include "bridge.h"
-#include "db.h"
+#include "bsession.h"
+#include "dbworker.h"
 #include "log.h"
 #include "server.h"
-#include "session.h"
 #include "upstream.h"
 #include "util.h"
 

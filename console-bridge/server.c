@@ -11,10 +11,10 @@
 
 #include "bridge.h"
 #include "browser.h"
+#include "bsession.h"
 #include "forwarded.h"
 #include "log.h"
 #include "server.h"
-#include "session.h"
 #include "state.h"
 #include "ticket.h"
 #include "util.h"

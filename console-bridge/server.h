@@ -9,7 +9,7 @@
 
 #include <libwebsockets.h>
 
-#include "db.h"
+#include "dbworker.h"
 
 int server_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len);

@@ -1,5 +1,5 @@
 /* upstream.h - what a console session talks to: the console of one lab
- * machine, behind a small interface so that the session (session.c) does not
+ * machine, behind a small interface so that the session (bsession.c) does not
  * care how that console is reached or framed.
  *
  * A kind provides a const struct upstream_ops and its lws client protocol

@@ -53,24 +53,26 @@ static void report(struct ctx *c, int error, const char *fmt, ...)
 		c->warnings++;
 }
 
-static int known(const char *key, const char *const *keys)
+/* the keys labvm reads there (lesson.h: lesson_parse.c's tables) */
+static int known(const char *key, enum lesson_key_set set)
 {
-	for (; *keys; keys++)
-		if (strcmp(key, *keys) == 0)
+	for (size_t i = 0; lesson_key_name(set, i); i++)
+		if (strcmp(key, lesson_key_name(set, i)) == 0)
 			return 1;
 	return 0;
 }
 
-static void unknown_keys(struct ctx *c, const cJSON *o, const char *where, const char *const *keys)
+static void unknown_keys(struct ctx *c, const cJSON *o, const char *where, enum lesson_key_set set)
 {
 	const cJSON *it;
 	cJSON_ArrayForEach(it, o)
 	{
-		if (!known(it->string, keys)) {
+		if (!known(it->string, set)) {
 			char list[512] = "";
-			for (const char *const *k = keys; *k; k++) {
-				strncat(list, *k, sizeof list - strlen(list) - 3);
-				if (k[1])
+			for (size_t i = 0; lesson_key_name(set, i); i++) {
+				strncat(list, lesson_key_name(set, i),
+				        sizeof list - strlen(list) - 3);
+				if (lesson_key_name(set, i + 1))
 					strncat(list, ", ", sizeof list - strlen(list) - 1);
 			}
 			report(c, 0, "%s%s\"%s\": unknown key, ignored by labvm (known: %s)", where,
@@ -256,36 +258,6 @@ static void check_guides(struct ctx *c, struct lesson *l)
 	free(dir);
 }
 
-static const char *const top_keys[] = {"id",
-                                       "title",
-                                       "description",
-                                       "i18n",
-                                       "runtime",
-                                       "minutes",
-                                       "image",
-                                       "disk",
-                                       "golden_pvc",
-                                       "disk_size",
-                                       "memory",
-                                       "cpus",
-                                       "running_timeout_s",
-                                       "ready_timeout_s",
-                                       "grade_timeout_s",
-                                       "warm",
-                                       "files",
-                                       "setup",
-                                       "grader",
-                                       "machines",
-                                       "guide",
-                                       "shell",
-                                       "idle_minutes",
-                                       "extend_minutes",
-                                       "max_extensions",
-                                       NULL};
-static const char *const file_keys[] = {"path", "content", "mode", NULL};
-static const char *const step_keys[] = {"name", "command", "timeout_s", "machine", "i18n", NULL};
-static const char *const i18n_keys[] = {"title", "description", "guide", NULL};
-
 static void check_one(const char *file, int *bad)
 {
 	struct ctx c = {file, 0, 0};
@@ -375,7 +347,7 @@ static void check_one(const char *file, int *bad)
 			       file, l.nmachines, l.nmachines);
 		lesson_free(&l);
 	}
-	unknown_keys(&c, o, "", top_keys);
+	unknown_keys(&c, o, "", LESSON_KEYS);
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "files"), *it;
 	int i = 0;
 	char where[32];
@@ -384,7 +356,7 @@ static void check_one(const char *file, int *bad)
 	{
 		snprintf(where, sizeof where, "files[%d]", i++);
 		if (cJSON_IsObject(it))
-			unknown_keys(&c, it, where, file_keys);
+			unknown_keys(&c, it, where, LESSON_FILE_KEYS);
 	}
 	a = cJSON_GetObjectItemCaseSensitive(o, "grader");
 	i = 0;
@@ -393,12 +365,12 @@ static void check_one(const char *file, int *bad)
 	{
 		snprintf(where, sizeof where, "grader[%d]", i++);
 		if (cJSON_IsObject(it))
-			unknown_keys(&c, it, where, step_keys);
+			unknown_keys(&c, it, where, LESSON_STEP_KEYS);
 	}
 	const cJSON *ja =
 	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "i18n"), "ja");
 	if (cJSON_IsObject(ja))
-		unknown_keys(&c, ja, "i18n.ja", i18n_keys);
+		unknown_keys(&c, ja, "i18n.ja", LESSON_JA_KEYS);
 	printf("%s: %s (%d errors, %d warnings)\n", file, c.errors ? "NOT usable" : "ok", c.errors,
 	       c.warnings);
 	if (c.errors)

@@ -1,10 +1,12 @@
 #include "http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "jsonx.h"
@@ -277,4 +279,44 @@ enum hres api_db_error(struct req *r)
 		return H_DB_LOST;
 	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
 	return H_DONE;
+}
+
+int http_path_match(const char *pattern, const char *path, char **param)
+{
+	const char *p = pattern, *s = path;
+	*param = NULL;
+	while (*p && *s) {
+		if (*p == '*') {
+			const char *end = strchr(s, '/');
+			size_t n = end ? (size_t)(end - s) : strlen(s);
+			if (n == 0 || n > 128)
+				break;
+			free(*param);
+			*param = xstrndup(s, n);
+			s += n;
+			p++;
+		} else if (*p == *s) {
+			p++;
+			s++;
+		} else {
+			break;
+		}
+	}
+	/* a trailing slash is tolerated */
+	if (!*p && (!*s || (s[0] == '/' && !s[1])))
+		return 1;
+	free(*param);
+	*param = NULL;
+	return 0;
+}
+
+int http_is_json_type(const char *ct)
+{
+	if (!ct)
+		return 0;
+	while (isspace((unsigned char)*ct))
+		ct++;
+	size_t n = strlen("application/json");
+	return strncasecmp(ct, "application/json", n) == 0 &&
+	       (ct[n] == '\0' || ct[n] == ';' || isspace((unsigned char)ct[n]));
 }

@@ -96,6 +96,13 @@ void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
  * resp_error_json() (which takes ownership). */
 cJSON *error_json(enum api_err e, const char *message);
 void resp_error_json(struct req *r, enum api_err e, cJSON *o);
+/* Match path against a route pattern ('*' is one path segment, 1..128
+ * bytes; a trailing slash is tolerated): 1 and *param the '*' segment
+ * (malloc'd, NULL without one), else 0. Pure (tests/unit/test_http_match.c). */
+int http_path_match(const char *pattern, const char *path, char **param);
+/* Content-Type application/json (any case, parameters allowed). */
+int http_is_json_type(const char *content_type);
+
 /* A database failure: H_DB_LOST when the connection dropped (a retry may
  * help), else 503 db_unavailable answered and H_DONE. */
 enum hres api_db_error(struct req *r);

@@ -1,11 +1,9 @@
 /* router.c - the route table (cgit style): method, path pattern, handler,
  * requirements checked centrally before the handler runs (cgit's want_repo:
  * here the user, the JSON body, the session, its readiness). */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "api.h"
 #include "jsonx.h"
@@ -56,48 +54,6 @@ static const struct route routes[] = {
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
-
-/* Match path against pattern; on success *param gets the '*' segment (malloc'd). */
-static int match(const char *pattern, const char *path, char **param)
-{
-	const char *p = pattern, *s = path;
-	*param = NULL;
-	while (*p && *s) {
-		if (*p == '*') {
-			const char *end = strchr(s, '/');
-			size_t n = end ? (size_t)(end - s) : strlen(s);
-			if (n == 0 || n > 128)
-				break;
-			free(*param);
-			*param = xstrndup(s, n);
-			s += n;
-			p++;
-		} else if (*p == *s) {
-			p++;
-			s++;
-		} else {
-			break;
-		}
-	}
-	/* a trailing slash is tolerated */
-	if (!*p && (!*s || (s[0] == '/' && !s[1])))
-		return 1;
-	free(*param);
-	*param = NULL;
-	return 0;
-}
-
-/* A special segment ("current") wins over '*': the table is ordered so. */
-static int is_json_type(const char *ct)
-{
-	if (!ct)
-		return 0;
-	while (isspace((unsigned char)*ct))
-		ct++;
-	size_t n = strlen("application/json");
-	return strncasecmp(ct, "application/json", n) == 0 &&
-	       (ct[n] == '\0' || ct[n] == ';' || isspace((unsigned char)ct[n]));
-}
 
 /* NEED_SESSION / NEED_CURRENT and what follows: load r->sess, check that it
  * is this user's, advance it, check readiness. 0 go on; -1 answered (*h). */
@@ -176,7 +132,7 @@ static enum hres run(struct req *r, const struct route *rt)
 		return H_DONE;
 	}
 	if (rt->needs & NEED_JSON) {
-		if (!is_json_type(r->content_type)) {
+		if (!http_is_json_type(r->content_type)) {
 			resp_error(r, E_UNSUPPORTED_MEDIA_TYPE,
 			           "request bodies must be application/json");
 			return H_DONE;
@@ -214,9 +170,10 @@ void router_dispatch(struct req *r)
 
 	for (size_t i = 0; i < NROUTES; i++) {
 		char *param;
-		if (!match(routes[i].pattern, r->path, &param))
+		if (!http_path_match(routes[i].pattern, r->path, &param))
 			continue;
-		/* "/api/sessions/current" is not a session id */
+		/* "/api/sessions/current" is not a session id: the special segment
+		 * wins over '*' (the table lists it first) */
 		if (param && strchr(routes[i].pattern, '*') && strcmp(param, "current") == 0 &&
 		    strcmp(routes[i].pattern, "/api/sessions/*") == 0) {
 			free(param);

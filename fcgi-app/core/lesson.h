@@ -1,5 +1,11 @@
 /* lesson.h - lessons: JSON files in lessons_dir, loaded and validated once
- * at start (a bad lesson file stops the program with a clear message). */
+ * at start (a bad lesson file stops the program with a clear message).
+ *
+ * lesson.c is the model (the enums' names, where a lesson's files may go, a
+ * session's machines, find and free); lesson_parse.c reads a file through its
+ * key tables (one row a key: type, field, default, limits, the value's rule,
+ * whether a machine may set it); lesson_guide.c reads the guides. A new key:
+ * a field here and a row in lesson_parse.c's lesson_keys[]. */
 #ifndef LABVM_CORE_LESSON_H
 #define LABVM_CORE_LESSON_H
 
@@ -116,6 +122,10 @@ int lesson_path_normalise(const char *path, char *out, size_t outlen);
  * state and ready flags, setup script and log, the console's autologin, a
  * Pod's files, flag and termination log), or NULL when it is the lesson's. */
 const char *lesson_path_reserved(const char *normalised);
+/* A lesson file's path (files[].path): normalised into norm, 0; or -1 with
+ * why ("must be absolute ...", "is labvm's own (/etc/labvm): ...") when it
+ * is not a place a lesson may write. */
+int lesson_file_path_ok(const char *path, char *norm, size_t normlen, char *why, size_t whylen);
 
 /* Load every *.json in dir (sorted by file name). -1 with err on the first bad file. */
 int lessons_load(const char *dir, struct lessons *out, char *err, size_t errlen);
@@ -139,5 +149,19 @@ const char *lesson_runtime_str(enum lesson_runtime r);
 /* "vm" / "pod" to the enum; -1 when it is neither. */
 int lesson_runtime_parse(const char *v);
 const char *lesson_disk_str(enum lesson_disk d);
+/* "containerdisk" / "golden" / "datavolume" to the enum; -1 when it is none. */
+int lesson_disk_parse(const char *v);
+
+/* The keys labvm reads in a lesson file, by the object they stand in
+ * (labvm.fcgi --check warns about any other): the i-th one's name, NULL
+ * past the last. A machine ("machines": [{...}]) may set only "name" and the
+ * keys lesson_parse.c marks for machines; any other is an error there. */
+enum lesson_key_set {
+	LESSON_KEYS,      /* the lesson's own */
+	LESSON_JA_KEYS,   /* "i18n": {"ja": {...}} */
+	LESSON_FILE_KEYS, /* "files": [{...}] */
+	LESSON_STEP_KEYS  /* "grader": [{...}] */
+};
+const char *lesson_key_name(enum lesson_key_set set, size_t i);
 
 #endif

@@ -23,5 +23,8 @@
 #define LOCK_DRIVE "7305"
 /* hashtext(environment || '/' || capacity pool), transaction: joins to one line */
 #define LOCK_LINE "7306"
+/* hashtext(random), session, taken and released at once: labvm-doctor's probe of
+ * whether the connection keeps its session (no pooler per transaction) */
+#define LOCK_DOCTOR "7307"
 
 #endif

@@ -162,9 +162,7 @@ static double longest_hold_s(const struct labctx *x)
 	return m;
 }
 
-/* The k-th time a seat frees: each seat frees at t[i]; a freed seat goes to
- * the next place, which holds it for `next` seconds. Destroys t. */
-static long long kth_free(long long *t, size_t n, long k, long long next)
+long long queue_kth_free(long long *t, size_t n, long k, long long next)
 {
 	long long at = 0;
 	for (long j = 0; j < k; j++) {
@@ -243,8 +241,9 @@ static void add_estimate(struct labctx *x, cJSON *q, const char *pool, long k)
 			e[i] = atoll(db_val(res, (int)i, 3));
 		}
 		long long hold = (long long)(longest_hold_s(x) * 1e6);
-		add_ts(q, "no_later_than", kth_free(b, n, k, hold));
-		add_ts(q, "estimate", kth_free(e, n, k, med ? (long long)(atof(med) * 1e6) : hold));
+		add_ts(q, "no_later_than", queue_kth_free(b, n, k, hold));
+		add_ts(q, "estimate",
+		       queue_kth_free(e, n, k, med ? (long long)(atof(med) * 1e6) : hold));
 		free(b);
 		free(e);
 	}

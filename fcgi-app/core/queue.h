@@ -76,6 +76,12 @@ int queue_lapse_stale(struct labctx *x);
 /* A poll: the waiting place is alive. 0 / -1. */
 int queue_seen(struct labctx *x, const char *qid);
 
+/* The estimate's step (pure; tests/unit/test_queue_estimate.c): the time the
+ * k-th seat frees (k >= 1), when each of n seats frees at t[i] and a freed
+ * seat goes to the next place, which holds it for `next`; 0 for k < 1.
+ * Destroys t. */
+long long queue_kth_free(long long *t, size_t n, long k, long long next);
+
 /* The place qid as the API shows it (position, estimate); NULL if none. */
 cJSON *queue_place_json(struct labctx *x, const char *qid);
 

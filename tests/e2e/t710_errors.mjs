@@ -21,7 +21,7 @@ const LESSON = 'linux-basics';
 
 // every code labvm.fcgi answers with (grep -r 'resp_error' fcgi-app; the guest
 // agent's own codes never reach the page),
-// session_exists aside (it shows the open session: t700)
+// session_exists aside (it shows the open session: t702)
 const CODES = [
   [400, 'bad_request'], [401, 'unauthenticated'], [404, 'no_session'],
   [404, 'not_found'], [404, 'unknown_lesson'], [405, 'method_not_allowed'], [409, 'not_ready'],

@@ -13,7 +13,7 @@ import re
 import subprocess
 import urllib.parse
 
-from labtest import Api, Db, env
+from labtest import Api, Db, env, reaper_argv
 from tap import T
 
 t = T()
@@ -87,8 +87,7 @@ def reaper_output():
     r = api.start("linux-basics")
     t.require(r.status == 201, f"a session for the reaper to see: {r}")
     try:
-        p = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper"), "--dry-run",
-                            "--grace", "0"], env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
+        p = subprocess.run(reaper_argv("--dry-run", "--grace", "0"), env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
                            capture_output=True, text=True, timeout=300)
         t.eq(p.returncode, 0, "the reaper ran", p.stdout + p.stderr)
         path = os.path.join(STATE, "logs", "t990-reaper.log")

@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 
-from labtest import (PREFIX, Api, Db, Kube, env, frontends, lighttpd_fcgi_pids, pg_ctl,
+from labtest import (PREFIX, reaper_argv, Api, Db, Kube, env, frontends, lighttpd_fcgi_pids, pg_ctl,
                      reset_world, users, wait_until)
 from tap import T
 
@@ -204,7 +204,7 @@ def lapse():
     t.eq((r.status, r.json["queue"]["position"]), (202, 2), "may join anew, at the end", r.json)
     db.query("UPDATE session_queue SET last_seen_at = now() - interval '1 hour' WHERE id = %s",
              (sb,))
-    rp = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper")],
+    rp = subprocess.run(reaper_argv(),
                         env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
                         capture_output=True, text=True, timeout=120)
     t.eq(db.one("SELECT state FROM session_queue WHERE id = %s", sb), ("lapsed",),

@@ -10,7 +10,7 @@ import urllib.parse
 
 import labstack
 
-from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, pg_ctl, reset_world, wait_until
+from labtest import PREFIX, reaper_argv, Api, Db, Kube, env, lighttpd_fcgi_pids, pg_ctl, reset_world, wait_until
 from tap import T
 
 t = T()
@@ -50,8 +50,7 @@ def killed_mid_start():
     t.ok(all(o["metadata"]["labels"].get(f"{PREFIX}/environment") == ENV and
              o["metadata"]["labels"].get(f"{PREFIX}/session-id") for o in left),
          "every leftover carries the marker, this environment and a session id")
-    reaper = os.path.join(env("LABVM_BIN"), "labvm-reaper")
-    out = subprocess.run([reaper, "--grace", "0"], env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
+    out = subprocess.run(reaper_argv("--grace", "0"), env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
                          capture_output=True, text=True, timeout=60)
     t.eq(out.returncode, 0, "reaper ran", out.stdout + out.stderr)
     wait_until(lambda: not kube.lab_vms() and not kube.list("secrets", f"{PREFIX}/lab-session=true"),

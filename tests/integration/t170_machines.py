@@ -21,7 +21,7 @@ import urllib.request
 import websockets
 
 from labconsole import Console, PrivateBridge
-from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until
+from labtest import PREFIX, Api, Db, Kube, env, lighttpd_fcgi_pids, reset_world, users, wait_until, reaper_argv
 from tap import T
 
 t = T()
@@ -421,7 +421,7 @@ def create_fails():
 
 def reap(*args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
-    r = subprocess.run([os.path.join(env("LABVM_BIN"), "labvm-reaper"), *args], env=e,
+    r = subprocess.run(reaper_argv(*args), env=e,
                        capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
 

@@ -16,7 +16,7 @@ import time
 import websockets
 
 from fcgiclient import LabFcgi, fcgi_request
-from labtest import Api, Db, Kube, env, reset_world, wait_until
+from labtest import reaper_argv, Api, Db, Kube, env, reset_world, wait_until
 from tap import T
 
 t = T()
@@ -193,7 +193,7 @@ def reaper_backlog():
     conf = own_conf("reaper.conf", {"kube_timeout_ms": "3000", "capacity_lock_timeout_ms": "1000",
                                     "orphan_grace_s": "33"})
     time.sleep(34)  # older than the grace
-    r = subprocess.run([os.path.join(BIN, "labvm-reaper")], env=dict(os.environ, LABVM_CONF=conf),
+    r = subprocess.run(reaper_argv(), env=dict(os.environ, LABVM_CONF=conf),
                        capture_output=True, text=True, timeout=120)
     t.eq(r.returncode, 0, "the reaper ran", (r.stdout + r.stderr)[-600:])
     left = [s["metadata"]["name"] for s in kube.list("secrets", "labvm.io/lab-session=true")
@@ -220,7 +220,7 @@ def grace_min():
                                               "labvm.io/session-id": "in-flight"}},
         "data": {"userdata": "eA=="}})
     assert r.status == 201, r
-    reaper = [os.path.join(BIN, "labvm-reaper"), "--grace", "0"]
+    reaper = reaper_argv("--grace", "0")
     e = dict(os.environ, LABVM_CONF=env("LABVM_CONF"))
     holder = Db()  # a start in flight: its user's lock (sql/locks.md 7301)
     holder.query("BEGIN")

@@ -18,7 +18,7 @@ import urllib.parse
 
 import labvm_ticket as lt
 from labconsole import Console, PrivateBridge, TcpProxy
-from labtest import Db, Kube, env, ready_lab, reset_world, ticket_url, vm_of, wait_until
+from labtest import reaper_argv, Db, Kube, env, ready_lab, reset_world, ticket_url, vm_of, wait_until
 from tap import T
 
 t = T()
@@ -27,7 +27,6 @@ db = Db()
 reset_world(kube, db)
 FRONT = os.environ.get("LABVM_LIGHTTPD_URL") or env("LABVM_URL")
 KEY = lt.load_key(conf=env("LABVM_CONF"))
-REAPER = os.path.join(env("LABVM_BIN"), "labvm-reaper")
 loop = asyncio.new_event_loop()
 
 
@@ -36,7 +35,7 @@ def run(coro):
 
 
 def reap(*args):
-    r = subprocess.run([REAPER, *args], env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
+    r = subprocess.run(reaper_argv(*args), env=dict(os.environ, LABVM_CONF=env("LABVM_CONF")),
                        capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout + r.stderr
 

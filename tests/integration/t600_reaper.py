@@ -7,7 +7,7 @@ import tempfile
 import time
 import uuid
 
-from labtest import PREFIX, Api, Db, Kube, cordon, env, reset_world, vm_of, wait_until
+from labtest import PREFIX, Api, Db, Kube, cordon, env, reset_world, vm_of, wait_until, reaper_argv
 from tap import T
 
 t = T()
@@ -15,7 +15,6 @@ kube = Kube()
 db = Db()
 reset_world(kube, db)
 ENV = env("LABVM_ENVIRONMENT")
-REAPER = os.path.join(env("LABVM_BIN"), "labvm-reaper")
 
 
 def conf_for(environment):
@@ -30,7 +29,7 @@ def conf_for(environment):
 
 def reap(*args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
-    r = subprocess.run([REAPER, *args], env=e, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(reaper_argv(*args), env=e, capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -240,7 +239,7 @@ def singleton():
     t.ok("holds the lock" in out, "says so", out)
     # two at the same instant: both finish, at most one does the work
     e = dict(os.environ, LABVM_CONF=env("LABVM_CONF"))
-    ps = [subprocess.Popen([REAPER], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    ps = [subprocess.Popen(reaper_argv(), env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True) for _ in range(2)]
     outs = [p.communicate(timeout=60)[0] for p in ps]
     t.eq([p.returncode for p in ps], [0, 0], "both exit 0", outs)

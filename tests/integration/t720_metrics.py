@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from labclient import Api, wait_until  # noqa: E402
+from labtest import reaper_argv  # noqa: E402
 from tap import T  # noqa: E402
 
 t = T()
@@ -269,7 +270,7 @@ def values():
 def reaper():
     t.require(not setup_error, f"balancer up: {setup_error}")
     before = samples(scrape()[1])
-    r = subprocess.run([os.path.join(BIN, "labvm-reaper"), "--grace", "86400"], capture_output=True,
+    r = subprocess.run(reaper_argv("--grace", "86400"), capture_output=True,
                        text=True, env=dict(ENV, LABVM_CONF=conf))
     t.ok(r.returncode in (0, 1), "the reaper ran", r.stderr[-300:])
     after = samples(scrape()[1])

@@ -59,6 +59,13 @@ def sh(*argv, check=True, **kw):
     return r
 
 
+def doctor(*args):
+    """The installed labvm-doctor as the system user, with the installed labvm.conf."""
+    return sh("setpriv", "--reuid=labvm", "--regid=labvm", "--init-groups",
+              "/usr/lib/labvm/labvm-doctor", "--no-canary", *args, check=False,
+              env=dict(ENV, LABVM_CONF="/etc/labvm/labvm.conf"))
+
+
 def installed():
     r = sh("dpkg-query", "-W", "-f=${Status}", "labvm", check=False)
     return r.returncode == 0 and r.stdout.endswith(" installed")
@@ -150,7 +157,8 @@ def build():
     t.diag(f"package: {debs[0]} {size / 1024:.0f} KiB, installed {inst} KiB")
     listing = sh("dpkg-deb", "-c", facts["deb"]).stdout
     for path in ("./usr/lib/labvm/labvm.fcgi", "./usr/lib/labvm/labvm-console",
-                 "./usr/lib/labvm/labvm-reaper", "./usr/share/labvm/web/index.html",
+                 "./usr/lib/labvm/labvm-reaper", "./usr/lib/labvm/labvm-doctor",
+                 "./usr/share/labvm/web/index.html",
                  "./usr/share/labvm/web/vendor/xterm.js", "./usr/share/labvm/web/vendor/manifest.json",
                  "./usr/share/labvm/web/operator.html",
                  "./usr/share/labvm/web/operator.js", "./usr/share/labvm/sql/migrate",
@@ -245,6 +253,9 @@ def migrate():
     t.require(facts.get("configured"), "configured")
     psql_admin(f"DROP DATABASE IF EXISTS {PKG_DB}")
     psql_admin(f"CREATE DATABASE {PKG_DB} OWNER labvm")
+    r = doctor("--only", "database")
+    t.ok(r.returncode == 1 and "the database was never migrated" in r.stdout,
+         "before: the installed labvm-doctor says the database was never migrated", r.stdout[-600:])
     r = sh("/usr/share/labvm/sql/migrate", PKG_DSN, check=False)
     t.eq(r.returncode, 0, "migrate", r.stderr[-800:])
     applied = sorted(re.findall(r"applied (\S+)", r.stdout))
@@ -253,6 +264,19 @@ def migrate():
     r = sh("/usr/share/labvm/sql/migrate", PKG_DSN)
     t.eq(r.stdout.strip(), "", "a second run applies nothing")
     facts["migrated"] = True
+
+
+@t.test(name="the installed labvm-doctor on this install: credentials, permissions, the "
+             "installed lessons, the migrated database", skip=skip)
+def installed_doctor():
+    t.require(facts.get("migrated"), "migrated")
+    r = doctor("--only", "credentials,permissions,lessons,database")
+    t.diag("the installed labvm-doctor:\n" + r.stdout)
+    t.eq(r.returncode, 0, "exit 0", r.stdout[-1500:] + r.stderr[-500:])
+    t.ok(re.search(r"^ok +2 permissions +all \d+ verbs", r.stdout, re.M), "every verb granted")
+    t.ok(re.search(r"^ok +5 lessons +\d+ lesson files pass labvm\.fcgi --check", r.stdout, re.M),
+         "the installed lessons pass --check (as user labvm: its scratch files in /tmp)")
+    t.ok(re.search(r"^ok +7 database +the database is migrated", r.stdout, re.M), "migrated")
 
 
 def lighttpd_up():

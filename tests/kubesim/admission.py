@@ -323,6 +323,11 @@ def validate_workload(res, obj, causes):
                            '"Replace"'))
         pod = dig(spec, "jobTemplate", "spec", "template", "spec") or {}
         _pod_spec(pod, "spec.jobTemplate.spec.template.spec", causes, ("OnFailure", "Never"))
+    elif res.plural == "jobs":
+        # pkg/apis/batch/validation ValidateJobSpec: a Job's pods are not restarted
+        # in place forever (restartPolicy OnFailure or Never)
+        pod = dig(spec, "template", "spec") or {}
+        _pod_spec(pod, "spec.template.spec", causes, ("OnFailure", "Never"))
     elif res.plural == "pods":
         _pod_spec(spec, "spec", causes, ("Always", "OnFailure", "Never"))
 

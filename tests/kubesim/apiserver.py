@@ -32,6 +32,11 @@ class ApiServer:
     def authorize(self, user, verb, res, ns, name=None, sub=None):
         a = {"verb": verb, "group": res.group, "resource": res.plural, "subresource": sub,
              "namespace": ns if res.namespaced else "", "name": name}
+        if res.plural == "namespaces" and name:
+            # /api/v1/namespaces/NAME is in namespace NAME for authorization
+            # (k8s.io/apiserver pkg/endpoints/request/requestinfo.go:194-196):
+            # a Role in NAME may grant get on it
+            a["namespace"] = name
         if user.admin:
             return
         if not self.authz.allowed(user, a):
@@ -181,7 +186,7 @@ class ApiServer:
                                    "Forbidden: field is immutable when `immutable` is set"))
         elif res.plural == "networkpolicies":
             admission.validate_netpol(obj, causes)
-        elif res.plural in ("deployments", "cronjobs") or (res.plural == "pods" and creating):
+        elif res.plural in ("deployments", "cronjobs", "jobs") or (res.plural == "pods" and creating):
             admission.validate_workload(res, obj, causes)
         elif res.plural == "persistentvolumeclaims":
             admission.validate_pvc(obj, causes)

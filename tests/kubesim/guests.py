@@ -170,8 +170,11 @@ class ProcessGuest:
 
     def __init__(self, name, workdir, userdata, ip, memory_mib=1024, cpus=1, disk=None,
                  boot_delay=0.0, env=None, hostname=None, log=None, hide=(), net=None,
-                 session_nets=(), sessnets=None):
+                 session_nets=(), sessnets=None, resolv_conf=None):
         self.name = name
+        # the cluster DNS the guest is given (clusterdns.ClusterDNS.resolv_conf):
+        # its /etc/resolv.conf, else the host's (the overlay's lower layer)
+        self.resolv_conf = resolv_conf
         self.net = net            # podnet.PodNetwork: the guest gets its own network namespace
         # Multus secondary networks (sessnet.py): eth1, ... on their node's bridge
         self.session_nets = list(session_nets) if net and sessnets else []
@@ -204,6 +207,13 @@ class ProcessGuest:
         self.console_sock = None  # our end of the current console connection
         self.pump = None
 
+    def _resolv_setup(self):
+        """The setup script's lines writing the guest's /etc/resolv.conf (in its
+        overlay's upper layer), or nothing."""
+        if not self.resolv_conf:
+            return ""
+        return f'rm -f "$M/etc/resolv.conf"; printf %s {_sq(self.resolv_conf)} > "$M/etc/resolv.conf"\n'
+
     # ---------------------------------------------------------------- start
     def start(self):
         os.makedirs(self.workdir, exist_ok=True)
@@ -225,7 +235,7 @@ mount -t proc proc "$M/proc"
 mount -t tmpfs -o mode=1777,size=512m tmpfs "$M/tmp"
 mount -t tmpfs -o mode=755,size=64m tmpfs "$M/run"
 mkdir -p "$M/run/lock"
-{hides}hostname {_sq(self.hostname)}
+{self._resolv_setup()}{hides}hostname {_sq(self.hostname)}
 exec chroot "$M" /usr/bin/python3 -I -S -c "$1"
 """
         plan = cloudinit.plan(self.userdata, self.hostname, dict(self.env))

@@ -91,9 +91,9 @@ class PodGuest(ProcessGuest):
 
     def __init__(self, name, workdir, ip, command, env=None, caps=(), no_new_privs=False,
                  volumes=(), working_dir=None, termination_path=TERMINATION_LOG,
-                 hostname=None, log=None, hide=(), net=None, seccomp=None):
+                 hostname=None, log=None, hide=(), net=None, seccomp=None, resolv_conf=None):
         super().__init__(name, workdir, None, ip, hostname=hostname or name, log=log,
-                         hide=hide, net=net)
+                         hide=hide, net=net, resolv_conf=resolv_conf)
         self.command = list(command)
         self.cenv = dict(env or {})
         self.caps = list(caps)
@@ -170,7 +170,7 @@ mount -t tmpfs -o mode=755,size=64m tmpfs "$M/run"
 mkdir -p "$M/run/lock" "$M"$(dirname {_sq(self.termination_path)})
 : > "$M"{_sq(self.termination_path)}
 mount --bind {_sq(tl)} "$M"{_sq(self.termination_path)}
-{vols}{hides}hostname {_sq(self.hostname)}
+{vols}{self._resolv_setup()}{hides}hostname {_sq(self.hostname)}
 mkdir -p "$M"{_sq(wd)}
 exec chroot "$M" /bin/sh -c 'cd "$1" && shift && exec "$@"' cd {_sq(wd)} {cmd}
 """

@@ -23,7 +23,21 @@ two simulators never share one. nftables in the cluster namespace (its
 tables die with it): `bridge ksim_guard` lets a port send only its own IPv4
 address (IP and ARP; nothing else, no IPv6), so a root student who changes
 the guest's address or routes gets nowhere; `inet ksim_pol` is the
-NetworkPolicy verdict (controllers/netpol.py writes its chains)."""
+NetworkPolicy verdict (controllers/netpol.py writes its chains).
+
+What a policy denies is dropped, as Calico (Felix's
+iptablesFilterDenyAction, default DROP) and Cilium ("Policy denied" drops)
+do: a client waits out its own timeout. (Calico can be set to Reject; no
+suite needs a denied client to fail fast, so the simulator has no such
+mode.) The simulator's own guards are not policy and stay
+rejects: pods never reach the host (.254) or the cluster namespace itself,
+and an address no pod holds yet is unreachable at once. Policy comes first:
+a connection the source's egress policy denies is dropped before any guard.
+
+`add_local_endpoint()` (clusterdns.py: NodeLocal DNSCache) gives the
+cluster namespace a route to a link-local address held by a namespace of
+its own, a veth away: the node's hostNetwork listener, reached from pods
+through their egress policy like any destination."""
 import ipaddress
 import os
 import subprocess
@@ -102,6 +116,7 @@ class PodNetwork:
         self.known = set()         # pod addresses the applied policy chains were rendered for
         self.policed = False       # a NetworkPolicy controller feeds set_policy
         self.applied = None
+        self.locals = []           # (address, holder Popen, device): add_local_endpoint()
 
     # ------------------------------------------------------------ set-up
     def _holder(self, argv):
@@ -171,6 +186,10 @@ ip route add throw 203.0.113.0/24 table local
         self.apply()
 
     def stop(self):
+        for _, h, _ in self.locals:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
         for h in (self.internet, self.cluster):
             if h and h.poll() is None:
                 h.kill()
@@ -240,6 +259,34 @@ ip neigh del {ip} dev br0 2>/dev/null || true
                       f"ip neigh del {ip} dev br0 2>/dev/null || true", check=False)
                 self._apply_locked()
 
+    def add_local_endpoint(self, address):
+        """A namespace of its own holding `address` (a /32, e.g. NodeLocal
+        DNSCache's 169.254.20.10), a veth away from the cluster namespace,
+        which routes the address there: as a hostNetwork listener on a
+        node's dummy interface, reached by pods through their egress policy
+        (it is no pod: no ingress policy selects it). Returns the holder's
+        PID (clusterdns.py binds its sockets in that namespace)."""
+        h = self._holder(["sleep", "infinity"])
+        self.wait_own_netns(h.pid)
+        dev = f"ep{len(self.locals)}"
+        with self.lock:
+            in_ns(self.cluster.pid, f"""
+ip link add {dev} type veth peer name eth0 netns {h.pid}
+ip link set {dev} up
+echo 1 > /proc/sys/net/ipv4/conf/{dev}/proxy_arp
+echo 0 > /proc/sys/net/ipv4/neigh/{dev}/proxy_delay
+ip route add {address}/32 dev {dev}
+""")
+            in_ns(h.pid, f"""
+echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 || true
+ip link set lo up
+ip addr add {address}/32 dev eth0
+ip link set eth0 up
+ip route add {self.net} dev eth0
+""")
+            self.locals.append((address, h, dev))
+        return h.pid
+
     def set_policy(self, text, node_is_pod=False, known=()):
         """The NetworkPolicy chains, rendered for the pods whose addresses are
         `known`; attach() waits until its pod's address is among them, so that
@@ -263,7 +310,10 @@ ip neigh del {ip} dev br0 2>/dev/null || true
         attached = ", ".join(sorted(self.ports)) or ""
         # traffic from the pod's node is always allowed (NetworkPolicySpec), unless
         # the node address stands for a Pod (the backend): then it is policed as one
-        node = "" if self.node_is_pod else '    iifname "host0" oifname "br0" accept\n'
+        if self.node_is_pod:
+            node_egress, node = '    iifname "host0" jump egress\n', ""
+        else:
+            node_egress, node = "", '    iifname "host0" oifname "br0" accept\n'
 
         aset = f"elements = {{ {attached} }}" if attached else ""
         return f"""table bridge ksim_guard
@@ -282,6 +332,7 @@ table inet ksim_pol {{
     type filter hook input priority 0; policy accept;
     iifname != "br0" accept
     ct state established,related accept
+    jump egress
     meta l4proto tcp reject with tcp reset
     reject with icmpx type port-unreachable
   }}
@@ -289,18 +340,20 @@ table inet ksim_pol {{
     type filter hook forward priority 0; policy drop;
     ct state established,related accept
     ct state invalid drop
-    oifname "br0" ip daddr != @attached meta l4proto tcp reject with tcp reset
+    iifname "host0" ip saddr != {self.node_ip} drop
+    iifname "br0" jump egress
+{node_egress}    oifname "br0" ip daddr != @attached meta l4proto tcp reject with tcp reset
     oifname "br0" ip daddr != @attached reject with icmpx type host-unreachable
     oifname "host0" meta l4proto tcp reject with tcp reset
     oifname "host0" reject with icmpx type port-unreachable
-    iifname "host0" ip saddr != {self.node_ip} drop
-{node}    iifname {{ "br0", "host0" }} jump egress
-    oifname "br0" jump ingress
+{node}    oifname "br0" jump ingress
     accept
   }}
 {self.policy or EMPTY_POLICY}
 }}
 """
+
+    DENY = "    drop\n"   # the end of a pod's policy chain: what none of its rules allowed
 
     def _apply_locked(self):
         if not self.cluster or self.cluster.poll() is not None:

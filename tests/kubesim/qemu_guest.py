@@ -199,7 +199,7 @@ class QemuGuest:
                  boot_delay=0.0, env=None, hostname=None, log=None,
                  agent_port=GUEST_AGENT_PORT, image_dir=None, accel=None, append_extra="",
                  instance_id=None, net=None, pod_mac=None, networkdata=None, session_nets=(),
-                 sessnets=None, **_ignored):
+                 sessnets=None, resolv_conf=None, **_ignored):
         # boot_delay: a real guest takes the time it takes. env: the process
         # guests' LABVM_AGENT_LISTEN=<ip>:8899 must NOT reach a real guest (its
         # agent listens on 0.0.0.0:8899, behind the port forward), so it is ignored.
@@ -223,6 +223,7 @@ class QemuGuest:
         # bridge-binding secondary networks (sessnet.py), only on the pod network
         self.session_nets = list(session_nets) if net and sessnets else []
         self.sessnets = sessnets
+        self.resolv_conf = resolv_conf   # the cluster DNS for user networking
         self.agent_port = int(agent_port)
         self.requested = (memory_mib, cpus)
         self.memory_mib, self.cpus = clamp(memory_mib, cpus)
@@ -339,8 +340,18 @@ class QemuGuest:
         with open(self._p("qemu.cmd"), "w") as f:
             f.write(" ".join(_shq(a) for a in cmd) + "\n")
         logf = open(self.log_path, "ab")
+        ns = ["unshare", "--net", "--"] if self.net else []
+        if self.net and self.resolv_conf:
+            # user networking's DNS (10.0.2.3) forwards to the resolver of
+            # QEMU's /etc/resolv.conf: the pod's, the cluster DNS, as the
+            # guest's DNS is the launcher pod's on KubeVirt (clusterdns.py)
+            rc = self._p("resolv.conf")
+            with open(rc, "w") as f:
+                f.write(self.resolv_conf)
+            ns = ["unshare", "--net", "--mount", "--", "/bin/sh", "-c",
+                  'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"', "qemu-ns", rc]
         argv = (["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []) + \
-            (["unshare", "--net", "--"] if self.net else []) + cmd
+            ns + cmd
         try:
             self.proc = _spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,

@@ -2,7 +2,10 @@
 semantics: Roles/ClusterRoles and their bindings are ordinary objects in the
 store (loaded from --rbac, e.g. conf/k8s/rbac.yaml), so what the backend may do
 is exactly what that file grants. Built in: cluster-admin for group
-system:masters, system:discovery for every authenticated user."""
+system:masters, system:discovery and system:basic-user (its own access
+reviews: SelfSubjectAccessReview, SelfSubjectReview) for every authenticated
+user (kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go;
+testdata/cluster-roles.yaml, cluster-role-bindings.yaml)."""
 import fnmatch
 
 BUILTIN = [
@@ -25,6 +28,19 @@ BUILTIN = [
      "metadata": {"name": "system:discovery", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                  "name": "system:discovery"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                   "name": "system:authenticated"}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "system:basic-user", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+     "rules": [{"apiGroups": ["authorization.k8s.io"],
+                "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                "verbs": ["create"]},
+               {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+                "verbs": ["create"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "system:basic-user", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                 "name": "system:basic-user"},
      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                    "name": "system:authenticated"}]},
 ]
@@ -105,22 +121,46 @@ class Authorizer:
 
     def allowed(self, user, a):
         """a: {verb, group, resource, subresource, namespace, name} or {verb, path}."""
+        return self.decide(user, a)[0]
+
+    def decide(self, user, a):
+        """(allowed, reason): the reason as the RBAC authorizer words it
+        (kubernetes plugin/pkg/auth/authorizer/rbac/rbac.go authorizingVisitor:
+        "RBAC: allowed by " + the binding's describer, pkg/registry/rbac/
+        validation/rule.go); "" when no rule allows (DecisionNoOpinion)."""
         with self.store.lock:
             for b in self.store.list("clusterrolebindings"):
-                if any(_subject_matches(s, user) for s in b.get("subjects") or []):
-                    for rule in self._rules(b.get("roleRef") or {}, ""):
+                s = next((s for s in b.get("subjects") or [] if _subject_matches(s, user)), None)
+                if s is not None:
+                    ref = b.get("roleRef") or {}
+                    for rule in self._rules(ref, ""):
                         if _rule_allows(rule, a):
-                            return True
+                            return True, (f'RBAC: allowed by ClusterRoleBinding '
+                                          f'"{b["metadata"]["name"]}" of {ref.get("kind")} '
+                                          f'"{ref.get("name")}" to {_describe(s, "")}')
             ns = a.get("namespace")
             if ns and a.get("path") is None:
                 for b in self.store.list("rolebindings", ns):
-                    if any(_subject_matches(s, user) for s in b.get("subjects") or []):
-                        for rule in self._rules(b.get("roleRef") or {}, ns):
+                    s = next((s for s in b.get("subjects") or [] if _subject_matches(s, user)),
+                             None)
+                    if s is not None:
+                        ref = b.get("roleRef") or {}
+                        for rule in self._rules(ref, ns):
                             if "nonResourceURLs" in rule and not rule.get("resources"):
                                 continue
                             if _rule_allows(rule, a):
-                                return True
-        return False
+                                return True, (f'RBAC: allowed by RoleBinding '
+                                              f'"{b["metadata"]["name"]}/{ns}" of '
+                                              f'{ref.get("kind")} "{ref.get("name")}" to '
+                                              f'{_describe(s, ns)}')
+        return False, ""
+
+
+def _describe(s, binding_ns):
+    """pkg/registry/rbac/validation/rule.go describeSubject."""
+    if s.get("kind") == "ServiceAccount":
+        return f'ServiceAccount "{s.get("name")}/{s.get("namespace") or binding_ns}"'
+    return f'{s.get("kind")} "{s.get("name")}"'
 
 
 def forbidden_message(user, a):

@@ -7,7 +7,7 @@ class Resource:
     def __init__(self, group, version, plural, kind, namespaced=True, short=(), singular=None,
                  verbs=("create", "delete", "deletecollection", "get", "list", "patch",
                         "update", "watch"), status=False, categories=(), crd=False,
-                 schema=None, model=None, printer=None):
+                 schema=None, model=None, printer=None, review=False):
         self.group = group
         self.version = version
         self.plural = plural
@@ -21,6 +21,7 @@ class Resource:
         self.crd = crd                # custom resource (merge-patch only, no SMP)
         self.schema = schema          # swagger definition name (kubevirt/cdi)
         self.model = model            # python3-kubernetes model class name (core kinds)
+        self.review = review          # a virtual resource: create only, answered, never stored
 
     @property
     def api_version(self):
@@ -57,6 +58,17 @@ RESOURCES = [
     Resource("kubevirt.io", "v1", "virtualmachineinstances", "VirtualMachineInstance",
              short=["vmi", "vmis"], status=True, categories=["all"], crd=True,
              schema="v1.VirtualMachineInstance"),
+    # the operators' own custom resources (tests/kubesim/operators.py installs one of each)
+    Resource("kubevirt.io", "v1", "kubevirts", "KubeVirt", short=["kv", "kvs"], status=True,
+             crd=True, schema="v1.KubeVirt"),
+    Resource("cdi.kubevirt.io", "v1beta1", "cdis", "CDI", namespaced=False, short=["cdi", "cdis"],
+             status=True, crd=True, schema="v1beta1.CDI"),
+    # the access reviews (server/reviews.py): POSTed, evaluated, answered, not stored
+    Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
+             namespaced=False, verbs=("create",), model="V1SelfSubjectAccessReview",
+             review=True),
+    Resource("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview",
+             namespaced=False, verbs=("create",), review=True),
     Resource("cdi.kubevirt.io", "v1beta1", "datavolumes", "DataVolume", short=["dv", "dvs"],
              status=True, categories=["all"], crd=True, schema="v1beta1.DataVolume"),
     Resource("k8s.cni.cncf.io", "v1", "network-attachment-definitions",
@@ -68,6 +80,7 @@ RESOURCES = [
              categories=["all"], model="V1Deployment"),
     Resource("batch", "v1", "cronjobs", "CronJob", short=["cj"], status=True,
              categories=["all"], model="V1CronJob"),
+    Resource("batch", "v1", "jobs", "Job", status=True, categories=["all"], model="V1Job"),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=["netpol"],
              schema="io.k8s.api.networking.v1.NetworkPolicy"),
     Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", model="V1Role"),

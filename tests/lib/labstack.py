@@ -17,18 +17,32 @@ Ports: the demo uses the contract's fixed ports (simulator 6443, front end
 8080); tests use --port-base B: PostgreSQL B+432, simulator B+443, lighttpd
 B+80, Apache B+90, bridge B+682.
 
+The cluster is fenced as an operator leaves it: every stack (the check's,
+the demo, benchmarks', chaos, every backend and guest mode) has the
+simulator apply conf/k8s/networkpolicy.yaml from the start (as `kubectl
+apply -f conf/k8s/` would, with rbac.yaml and labvm-backend.yaml).
+`fenced=False` (tests/stack --unfenced) leaves it out, for a suite that
+must say why it needs an open pod network.
+
 Backend (--backend pod, LABVM_BACKEND=pod; `make demo BACKEND=pod`): the
 simulator runs the Pod of conf/k8s/labvm-backend.yaml as a network namespace
 of its own on the pod network (kubesim --backend-netns; an address of the pod
-CIDR, the Deployment's labels) and seeds conf/k8s/networkpolicy.yaml;
-labvm-console, the front end(s), labvm.fcgi and the reaper are started
-inside that namespace (nsenter --net), so they reach the guests as that Pod
-only. tests/lib/nsrelay.py relays, as `kubectl port-forward` does, the host's
-127.0.0.1 ports of the front ends and the bridge into the pod, and the pod's
-127.0.0.1 ports of PostgreSQL and the API server out to the host: labvm.conf
-is the same in both modes. Without it (the check's default) labvm's
-processes run in the host's namespaces and reach the pod network through the
-host's route, with the backend Pod's labels on the node address (.254).
+CIDR, the Deployment's labels); labvm-console, the front end(s) and
+labvm.fcgi are started inside that namespace (nsenter --net), so they reach
+the guests as that Pod only. tests/lib/nsrelay.py relays, as `kubectl
+port-forward` does, the host's 127.0.0.1 ports of the front ends and the
+bridge into the pod, and the pod's 127.0.0.1 ports of PostgreSQL and the API
+server out to the host: labvm.conf is the same in both modes. Without it
+(the check's default) labvm's processes run in the host's namespaces and
+reach the pod network through the host's route, with the backend Pod's
+labels on the node address (.254).
+
+Reaper (both modes): the simulator runs a Pod of the shipped CronJob
+labvm-reaper (its jobTemplate's labels) as a network namespace of its own
+(STATE/kubesim/reaper-pod.json); labvm-reaper runs inside it (the demo's
+loop here, the suites' runs through labtest.reaper_argv()), reaching
+PostgreSQL and the API server through a relay of its own (reaper-relay) and
+the guests as that Pod: as the CronJob's pods do on a real cluster.
 
 Guests: `process` (the simulator's default) or `qemu` (real VMs; the guest
 image is built first, logs/guest-image.log, about 80 s the first time and
@@ -94,7 +108,7 @@ class Stack:
     def __init__(self, state, port_base=18000, demo=False, profile="fast", guest="process",
                  frontend="both", environment=None, capacity=8, time_scale=None,
                  bindir=None, reaper_every=0, extra_lessons=True, guest_net=None,
-                 backend=None, kube_host="127.0.0.1", kube_args=()):
+                 backend=None, kube_host="127.0.0.1", kube_args=(), fenced=True):
         self.state = os.path.abspath(state)
         self.backend = backend or os.environ.get("LABVM_BACKEND") or "host"
         if self.backend not in ("host", "pod"):
@@ -116,6 +130,7 @@ class Stack:
         # https://[ADDR]:PORT) and its extra options (e.g. --k8s-version 1.35)
         self.kube_host = kube_host
         self.kube_args = list(kube_args)
+        self.fenced = fenced
         self.logs = os.path.join(self.state, "logs")
         self.pids = os.path.join(self.state, "pids")
         self.conf = os.path.join(self.state, "labvm.conf")
@@ -146,7 +161,9 @@ class Stack:
         return os.path.join(self.state, *p)
 
     # what runs inside the backend Pod's network namespace with --backend pod
-    IN_POD = ("console", "lighttpd", "apache-fcgi", "apache", "reaper")
+    IN_POD = ("console", "lighttpd", "apache-fcgi", "apache")
+    # what runs inside the reaper CronJob's Pod (both modes)
+    IN_REAPER_POD = ("reaper",)
 
     def backend_pod(self):
         """--backend pod: the simulator's STATE/kubesim/backend-pod.json (pid,
@@ -155,6 +172,15 @@ class Stack:
             return None
         try:
             with open(self.path("kubesim", "backend-pod.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def reaper_pod(self):
+        """The simulator's STATE/kubesim/reaper-pod.json (the CronJob's Pod:
+        pid, netns, ip, name, namespace), else None."""
+        try:
+            with open(self.path("kubesim", "reaper-pod.json")) as f:
                 return json.load(f)
         except (OSError, ValueError):
             return None
@@ -169,6 +195,11 @@ class Stack:
             if not ns:
                 raise StackError("--backend pod: the simulator named no backend Pod")
             argv = ["nsenter", f"--net={ns}", "--"] + list(argv)
+        elif name in self.IN_REAPER_POD:
+            r = self.reaper_pod()
+            if not r:
+                raise StackError("the simulator named no reaper Pod")
+            argv = ["nsenter", f"--net={r['netns']}", "--"] + list(argv)
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(self.pids, exist_ok=True)
         out = open(os.path.join(self.logs, f"{name}.log"), "ab")
@@ -309,13 +340,16 @@ class Stack:
             argv += ["--guest-net", self.guest_net]
         argv += self.kube_args
         # labvm reaches the guests as the Pod of its shipped Deployment (its
-        # labels: what networkpolicy.yaml admits); BACKEND=pod also applies
-        # that policy from the start (make demo BACKEND=pod)
+        # labels: what networkpolicy.yaml admits), the reaper as a Pod of its
+        # CronJob; the cluster is fenced by networkpolicy.yaml from the start,
+        # as an operator applies conf/k8s/
         k8s = os.path.join(SRC, "conf", "k8s")
         argv += ["--backend-pod", os.path.join(k8s, "labvm-backend.yaml")]
+        if self.fenced:
+            argv += ["--seed", os.path.join(k8s, "networkpolicy.yaml")]
         if self.backend == "pod":
             # ... in a network namespace of its own, where labvm's processes run
-            argv += ["--backend-netns", "--seed", os.path.join(k8s, "networkpolicy.yaml")]
+            argv += ["--backend-netns"]
         wait = 60
         if self.guest == "qemu":
             self.guest_image()
@@ -504,10 +538,43 @@ class Stack:
                 raise StackError("nsrelay not ready after 15 s")
             time.sleep(0.05)
 
+    def reaper_relay_up(self):
+        """The reaper Pod's relay: PostgreSQL and the API server (the host's
+        loopback ports) on the Pod's 127.0.0.1, as for the backend Pod."""
+        r = self.reaper_pod()
+        if not r:
+            return
+        ready = self.path("run", "reaper-relay.ready")
+        os.makedirs(self.path("run"), exist_ok=True)
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [sys.executable, os.path.join(SRC, "tests", "lib", "nsrelay.py"),
+                "--netns", r["netns"], "--ready", ready]
+        for k in ("pg", "kube"):
+            argv += ["--reverse", str(self.ports[k])]
+        p = self.spawn("reaper-relay", argv)
+        deadline = time.monotonic() + 15
+        while not os.path.exists(ready):
+            if p.poll() is not None:
+                raise StackError(f"nsrelay (reaper) exited with status {p.returncode}; see "
+                                 f"{self.logs}/reaper-relay.log")
+            if time.monotonic() > deadline:
+                raise StackError("nsrelay (reaper) not ready after 15 s")
+            time.sleep(0.05)
+
     def reaper_up(self):
         exe = os.path.join(self.bindir, "labvm-reaper")
+        # after each pass, the reaper CronJob's status (when the cluster has
+        # one: kubesim's /_sim/cronjobs/NS/NAME/ran, what the CronJob
+        # controller writes), so that labvm-doctor sees the reaper run
+        sd = self.path("kubesim")
+        ran = (f"curl -sS --http1.1 -o /dev/null --cacert {sd}/ca.crt -X POST "
+               f"-H \"Authorization: Bearer $(cat {sd}/admin-token)\" "
+               f"-d \"{{\\\"succeeded\\\": $ok}}\" "
+               f"https://{self.kube_hostport()}/_sim/cronjobs/labs/labvm-reaper/ran")
         loop = (f"while :; do sleep {int(self.reaper_every)}; "
-                f"LABVM_CONF={self.conf} {exe}; done")
+                f"if LABVM_CONF={self.conf} {exe}; then ok=true; else ok=false; fi; "
+                f"{ran} || true; done")
         self.spawn("reaper", ["/bin/sh", "-c", loop])
 
     def wait_http(self, url, timeout=20):
@@ -552,6 +619,12 @@ class Stack:
             "LABVM_FRONTENDS": " ".join(self.frontends()),
             "LABVM_BACKEND": self.backend,
         }
+        env["LABVM_FENCED"] = "1" if self.fenced else "0"
+        r = self.reaper_pod()
+        if r:
+            env["LABVM_REAPER_POD"] = f"{r['namespace']}/{r['name']}"
+            env["LABVM_REAPER_POD_IP"] = r["ip"]
+            env["LABVM_REAPER_NETNS"] = r["netns"]
         b = self.backend_pod()
         if b:
             env["LABVM_BACKEND_POD"] = f"{b['namespace']}/{b['name']}"
@@ -583,6 +656,7 @@ class Stack:
         self.write_conf()
         if self.backend == "pod":
             self.relay_up()
+        self.reaper_relay_up()
         self.console_up()
         for fe in self.frontends():
             getattr(self, f"{fe}_up")()
@@ -592,6 +666,11 @@ class Stack:
         env = self.write_env()
         log(f"up in {time.monotonic() - t0:.1f}s: {env['LABVM_URL']} "
             f"(simulator {env['LABVM_KUBE_URL']}, profile {self.profile}, guests {self.guest})")
+        log("fenced: conf/k8s/networkpolicy.yaml applied" if self.fenced else
+            "UNFENCED: no NetworkPolicy applied (--unfenced)")
+        if r := self.reaper_pod():
+            log(f"reaper: labvm-reaper runs in Pod {r['namespace']}/{r['name']} at {r['ip']} "
+                f"(nsenter --net={r['netns']})")
         if b := self.backend_pod():
             log(f"backend: labvm.fcgi, the front end and labvm-console run in Pod "
                 f"{b['namespace']}/{b['name']} at {b['ip']} (nsenter --net={b['netns']}); "
@@ -603,7 +682,7 @@ class Stack:
 
     def down(self):
         for name in ("reaper", "apache", "apache-fcgi", "lighttpd", "console", "relay",
-                     "kubesim"):
+                     "reaper-relay", "kubesim"):
             self.stop(name)
         self.pg_down()
         log(f"down: {self.state}")

@@ -124,3 +124,46 @@ def pg_ctl(*args):
                            "-D", os.path.join(state, "pg", "data"),
                            "-l", os.path.join(state, "pg", "server.log"), "-w", "-t", "30", *args],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def reaper_argv(*args, exe="labvm-reaper"):
+    """labvm-reaper's command line as the reaper CronJob's Pod runs it: in
+    that Pod's network namespace (LABVM_REAPER_NETNS, the simulator's
+    reaper-pod.json: the CronJob's labels, an address of its own), where
+    NetworkPolicies see it as the cluster would; PostgreSQL and the API
+    server are relayed into it (tests/lib/labstack.py reaper-relay)."""
+    cmd = [os.path.join(env("LABVM_BIN"), exe), *args]
+    ns = os.environ.get("LABVM_REAPER_NETNS")
+    return ["nsenter", f"--net={ns}", "--"] + cmd if ns else cmd
+
+
+def shipped_policies():
+    """The NetworkPolicies of conf/k8s/networkpolicy.yaml (what every stack
+    applies at the start, as an operator would)."""
+    import yaml
+    src = os.environ.get("LABVM_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    with open(os.path.join(src, "conf", "k8s", "networkpolicy.yaml")) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def np_path(kube, name=None):
+    p = f"/apis/networking.k8s.io/v1/namespaces/{kube.ns}/networkpolicies"
+    return f"{p}/{name}" if name else p
+
+
+def restore_fence(kube):
+    """Every NetworkPolicy of the namespace deleted and the shipped ones
+    created again: how a suite that changed the policies leaves the stack
+    (fenced, as its start found it; LABVM_FENCED=0: left without any)."""
+    for p in kube.request("GET", np_path(kube)).json.get("items", []):
+        kube.request("DELETE", np_path(kube, p["metadata"]["name"]))
+    if os.environ.get("LABVM_FENCED", "1") == "0":
+        return
+    for pol in shipped_policies():
+        r = kube.request("POST", np_path(kube), pol)
+        if r.status != 201:
+            raise AssertionError(f"restoring {pol['metadata']['name']}: {r}")
+
+
+__all__ += ["reaper_argv", "shipped_policies", "np_path", "restore_fence"]

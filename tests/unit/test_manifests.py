@@ -248,6 +248,29 @@ def cloud_configs():
              f"{d['lesson']}: ... and once the agent listens (its marker, cleared at boot)", run[-1])
 
 
+NP_CHECK = []   # the NetworkPolicy validator, for dns_variants
+
+
+@t.test(name="every pod of labvm-backend.yaml that calls agents is admitted to 8899 by its labels")
+def agent_callers_admitted():
+    import labelsel
+    k8s = os.path.join(SRC, "conf", "k8s")
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(k8s, "labvm-backend.yaml"))) if d]
+    dep = next(d for d in docs if d.get("kind") == "Deployment")
+    cj = next(d for d in docs if d.get("kind") == "CronJob")
+    callers = {"the backend Deployment's pods": dep["spec"]["template"]["metadata"]["labels"],
+               "the reaper CronJob's pods":
+               cj["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]}
+    vms = next(d for d in yaml.safe_load_all(open(os.path.join(k8s, "networkpolicy.yaml")))
+               if d and d["metadata"]["name"] == "labvm-lab-vms")
+    for what, labels in callers.items():
+        ok = any(p.get("port") == 8899 for r in vms["spec"]["ingress"] for p in r["ports"]
+                 if any(set(peer) == {"podSelector"} and
+                        labelsel.match_label_selector_obj(peer["podSelector"], labels)
+                        for peer in r.get("from") or []))
+        t.ok(ok, f"{what} ({labels.get('app.kubernetes.io/name')}) reach the agent", labels)
+
+
 @t.test(name="the NetworkPolicy in conf/k8s validates against networking.k8s.io/v1")
 def network_policy():
     ref = v.ref
@@ -319,6 +342,42 @@ def network_policy():
         errs = []
         check({"$ref": f"#/components/schemas/{name}"}, bad, "", errs)
         t.ok(errs, "a misspelt field would be caught")
+    NP_CHECK.append(lambda obj, errs: check({"$ref": f"#/components/schemas/{name}"}, obj, "",
+                                            errs))
+
+
+@t.test(name="the DNS variants in conf/k8s/dns add DNS egress only, for exactly the fenced pods")
+def dns_variants():
+    k8s = os.path.join(SRC, "conf", "k8s")
+    fence = [d for d in yaml.safe_load_all(open(os.path.join(k8s, "networkpolicy.yaml"))) if d]
+    sels = [json.dumps(f["spec"]["podSelector"], sort_keys=True) for f in fence]
+    # the default DNS rule is one and the same in both fence policies
+    dns_rules = [[r for r in f["spec"]["egress"] if r.get("ports")] for f in fence]
+    t.eq(len({json.dumps(r, sort_keys=True) for r in dns_rules}), 1,
+         "both fence policies have the same DNS rule", dns_rules)
+    files = sorted(f for f in os.listdir(os.path.join(k8s, "dns")) if f.endswith(".yaml"))
+    t.eq(files, ["nodelocaldns.yaml", "openshift.yaml"], "the shipped variants")
+    for fn in files:
+        docs = [d for d in yaml.safe_load_all(open(os.path.join(k8s, "dns", fn))) if d]
+        t.eq(sorted(json.dumps(d["spec"]["podSelector"], sort_keys=True) for d in docs),
+             sorted(sels), f"{fn}: one policy per fence policy, with its selector")
+        for d in docs:
+            errs = []
+            if NP_CHECK:
+                NP_CHECK[0](d, errs)
+            t.ok(NP_CHECK and not errs, f"{fn}: {d['metadata']['name']} validates", errs)
+            spec = d["spec"]
+            t.eq(spec.get("policyTypes"), ["Egress"], f"{fn}: egress only (isolates nothing new)")
+            t.ok("ingress" not in spec, f"{fn}: no ingress rule")
+            ports = {(p.get("protocol"), p.get("port")) for r in spec["egress"] for p in r["ports"]}
+            t.ok(ports and {p for _, p in ports} <= {53, 5353} and
+                 {pr for pr, _ in ports} == {"UDP", "TCP"}, f"{fn}: DNS ports only", ports)
+            for r in spec["egress"]:
+                for peer in r["to"]:
+                    cidr = (peer.get("ipBlock") or {}).get("cidr", "")
+                    t.ok(cidr.endswith("/32") if cidr else
+                         bool(peer.get("namespaceSelector") and peer.get("podSelector")),
+                         f"{fn}: a /32 or a namespace's pods, never a wide peer", peer)
 
 
 t.done()

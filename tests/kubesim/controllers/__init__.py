@@ -66,13 +66,17 @@ class Controllers:
         self.kubelet = Kubelet(self)
         self.scheduler = Scheduler(self)
         self.gc = GarbageCollector(self)
-        self.netpol = NetworkPolicyController(self)
+        # --no-policy-enforcement: a CNI without NetworkPolicy support (flannel
+        # alone): the policies are stored and served, nothing enforces them
+        self.netpol = None if getattr(sim.args, "no_policy_enforcement", False) else \
+            NetworkPolicyController(self)
         # one pass, in this order; a VM's status follows its VMI (and that
         # VMI's pod) within the same pass
         self.steps = [self.namespaces.reconcile, self.pvc_binder.reconcile, self.cdi.reconcile,
                       self.vm.reconcile, self.handler.reconcile, self.vmi.reconcile,
                       self.kubelet.reconcile, self.scheduler.reconcile,
-                      self.vm.reconcile_status, self.gc.reconcile, self.netpol.reconcile]
+                      self.vm.reconcile_status, self.gc.reconcile] + \
+            ([self.netpol.reconcile] if self.netpol else [])
         self.store.listeners.append(lambda *a: self.wake.set())
         self.thread = threading.Thread(target=self._loop, name="controllers", daemon=True)
 

@@ -21,10 +21,11 @@ Semantics, as the Kubernetes documentation defines them:
   replies of an allowed connection are allowed (conntrack).
 
 Choices where Kubernetes leaves them to the implementation: a denied
-connection is rejected (TCP reset, else ICMP port unreachable), not dropped,
-so a client learns at once; connections established before a policy
-started to deny them go on (conntrack), new ones are refused; a named port
-in an egress rule matches nothing."""
+packet is dropped, as Calico (iptablesFilterDenyAction, default DROP) and
+Cilium ("Policy denied" drops) do, so a client waits out its own timeout
+(podnet.PodNetwork.DENY); connections established before a policy started to deny them go on
+(conntrack), new ones are denied; a named port in an egress rule matches
+nothing (stricter than the CNIs, which resolve it on the destination pod)."""
 import ipaddress
 import threading
 
@@ -32,10 +33,6 @@ from labelsel import match_label_selector_obj as matches
 from util import dig
 
 from .base import Controller
-
-REJECT = ("    meta l4proto tcp reject with tcp reset\n"
-          "    reject with icmpx type port-unreachable\n")
-
 
 def _chain_name(kind, ip):
     return f"{kind}_{ip.replace('.', '_')}"
@@ -116,6 +113,7 @@ class NetworkPolicyController(Controller):
                         self._rules(spec.get("egress") or [], "to", "daddr", ns, pods,
                                     nslabels, None))
         out = []
+        deny = self.podnet.DENY
         for kind, table, match in (("eg", egress, "saddr"), ("in", ingress, "daddr")):
             top = "egress" if kind == "eg" else "ingress"
             out.append(f"  chain {top} {{")
@@ -124,7 +122,7 @@ class NetworkPolicyController(Controller):
             out.append("  }")
             for ip, lines in sorted(table.items()):
                 body = "".join(f"    {ln}\n" for ln in lines)
-                out.append(f"  chain {_chain_name(kind, ip)} {{\n{body}{REJECT}  }}")
+                out.append(f"  chain {_chain_name(kind, ip)} {{\n{body}{deny}  }}")
         return "\n".join(out)
 
     def _rules(self, rules, key, addr, ns, pods, nslabels, selected):

@@ -147,6 +147,9 @@ class PodContainers:
                   hostname=spec.get("hostname") or md["name"], log=self.sim.log,
                   hide=[self.sim.state_dir], net=self.sim.podnet,
                   seccomp=None if seccomp == "Unconfined" else seccomp)
+        if self.sim.dns is not None:
+            kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=False,
+                                                         policy=spec.get("dnsPolicy"))
         self.runtime.start(uid, PodGuest, kw, f"pod {md.get('namespace')}/"
                            f"{md['name']}")
         self.probes.pop(uid, None)

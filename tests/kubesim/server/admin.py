@@ -105,6 +105,8 @@ class AdminEndpoints:
             # every node's Linux bridges and their ports (the bridge CNI
             # plugin's, which its DEL never deletes: plugins#282)
             return self.send_json(200, {"nodes": sim.sessnets.bridges()})
+        elif len(parts) == 4 and parts[0] == "cronjobs" and parts[3] == "ran" and method == "POST":
+            return self.cronjob_ran(parts[1], parts[2], self.sim_json())
         elif len(parts) == 3 and parts[0] == "nodes" and parts[2] == "exec" and method == "POST":
             return self.node_exec(parts[1], self.sim_json())
         elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "exec" and method == "POST":
@@ -112,6 +114,32 @@ class AdminEndpoints:
         elif len(parts) == 4 and parts[0] == "guests" and parts[3] == "kill" and method == "POST":
             return self.guest_kill(parts[1], parts[2])
         raise errors.ApiError(404, f"no such simulator endpoint: {method} {path}", "NotFound", {})
+
+    def cronjob_ran(self, ns, name, body):
+        """A Job of the CronJob ns/name ran (the stack ran the reaper as it):
+        the CronJob controller's status, as kubernetes pkg/controller/cronjob/
+        cronjob_controllerv2.go syncCronJob writes it: lastScheduleTime the
+        scheduled time of the Job it created (the minute), lastSuccessfulTime
+        the Job's completionTime when it succeeded."""
+        import util
+        ok = body.get("succeeded")
+        if set(body) - {"succeeded"} or not isinstance(ok, bool):
+            raise errors.bad_request('give {"succeeded": true|false}')
+        sim = self.sim
+        with sim.store.lock:
+            cj = sim.store.get("cronjobs", ns, name)
+            if cj is None:
+                raise errors.not_found(BY_PLURAL["cronjobs"], name)
+            n = util.deep(cj)
+            now = time.time()
+            st = dict(n.get("status") or {})
+            st["lastScheduleTime"] = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now))
+            if ok:
+                st["lastSuccessfulTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+            st.pop("active", None)
+            n["status"] = st
+            sim.api.sys_update("cronjobs", n)
+        return self.send_json(200, {"status": st})
 
     def node_exec(self, node, body):
         """A script on a node as a hostNetwork pod there runs it (an operator's

@@ -13,6 +13,7 @@ import time
 
 import apiserver
 import errors
+import operators
 import rbac
 import util
 from controllers import Controllers
@@ -38,6 +39,8 @@ class Sim:
         v = getattr(args, "k8s_version", None) or "1.34"
         self.version = tuple(int(x) for x in v.split("."))
         self.version_info = k8s_version(v)
+        # API groups not served (--no-api): discovery leaves them out, their paths are 404
+        self.unserved = frozenset(getattr(args, "no_api", None) or ())
         self.state_dir = os.path.abspath(args.state_dir)
         self.log_lock = threading.Lock()
         self.store = Store(history=args.watch_history)
@@ -56,6 +59,8 @@ class Sim:
         self.guest_net = self._guest_net(args.guest_net, args.port)
         # the pod network (podnet.py): every guest has its own network namespace on it
         self.podnet = PodNetwork(args.port, args.pod_cidr, log=self.log)
+        self.sandboxes = []        # running_pod()s with a network namespace of their own
+        self.dns = None            # clusterdns.ClusterDNS (--dns)
         # Multus session networks (sessnet.py): a bridge per NAD, veths into guests
         from guests import spawner
         from sessnet import SessionNetworks
@@ -172,6 +177,10 @@ class Sim:
                             {"metadata": {"name": "default", "namespace": ns}})
         mem = self.args.node_memory
         kvm = str(self.guest_slots) if self.guest_slots else "1k"
+        # --no-kvm: no /dev/kvm on the nodes: virt-handler's device plugin marks
+        # every kvm device Unhealthy (KubeVirt pkg/virt-handler/device-manager/
+        # generic_device.go:295-301), so the kubelet counts them in capacity only
+        kvm_free = "0" if getattr(self.args, "no_kvm", False) else kvm
         for i in range(1, self.args.nodes + 1):
             name = f"node-{i}"
             ip = f"127.{self.guest_net[1]}.255.{i}"
@@ -185,7 +194,7 @@ class Sim:
                                             "pods": "110", "devices.kubevirt.io/kvm": kvm,
                                             "ephemeral-storage": "100Gi"},
                                "allocatable": {"cpu": str(self.args.node_cpus), "memory": mem,
-                                               "pods": "110", "devices.kubevirt.io/kvm": kvm,
+                                               "pods": "110", "devices.kubevirt.io/kvm": kvm_free,
                                                "ephemeral-storage": "100Gi"},
                                "conditions": [{"type": "Ready", "status": "True",
                                                "reason": "KubeletReady",
@@ -201,6 +210,8 @@ class Sim:
                                             "kernelVersion": os.uname().release}}}
             self.api.create(admin, BY_PLURAL["nodes"], "", node, keep_status=True)
         self.cdi_net.bootstrap(admin, self.api, BY_PLURAL)
+        # the KubeVirt and CDI custom resources and KubeVirt's default role (operators.py)
+        operators.install(self, admin)
         docs = []
         if self.args.rbac:
             docs += load_docs(self.args.rbac)
@@ -215,6 +226,9 @@ class Sim:
             self.seed(admin, d)
         if getattr(self.args, "backend_pod", None):
             self.backend_pod(admin, self.args.backend_pod)
+        if getattr(self.args, "dns", None):
+            from clusterdns import ClusterDNS
+            self.dns = ClusterDNS(self, admin, self.args.dns)
 
     def backend_pod(self, admin, path):
         """labvm's backend as a Pod of the cluster (`--backend-pod FILE`): the
@@ -228,13 +242,17 @@ class Sim:
         With --backend-netns the Pod is a sandbox of its own instead, as a
         real kubelet makes one: an address of the pod CIDR (IPAM, as any
         pod's), a network namespace held by the simulator with eth0 on the
-        pod network (backend_sandbox(), once the controllers run, so that the
+        pod network (sandboxes_up(), once the controllers run, so that the
         policies know the address before it is on the network), and the
         node's address as hostIP. labvm's processes join that namespace
         (tests/stack --backend pod); the host's .254 stays the node's, with
-        the node exemption the API documents."""
+        the node exemption the API documents.
+
+        The CronJob of FILE (the reaper) is created too, and one Pod of its
+        Job runs as a sandbox of its own in either mode (reaper_pod())."""
         import hashlib
-        dep = next((d for d in load_docs(path) if d.get("kind") == "Deployment"), None)
+        docs = load_docs(path)
+        dep = next((d for d in docs if d.get("kind") == "Deployment"), None)
         if dep is None:
             raise SystemExit(f"kubesim: --backend-pod {path}: no Deployment in it")
         dep = util.deep(dep)
@@ -250,17 +268,63 @@ class Sim:
         labels = dict(md.get("labels") or {}, **{"pod-template-hash": h})
         ip = self.podnet.node_ip if self.podnet else "127.0.0.1"
         host_ip = ip
-        if getattr(self.args, "backend_netns", False):
+        own = getattr(self.args, "backend_netns", False)
+        if own:
             if not self.podnet:
                 raise SystemExit("kubesim: --backend-netns needs the pod network")
             ip = self.controllers.ipam.alloc()
-            host_ip = f"127.{self.guest_net[1]}.255.1"     # node-1's InternalIP
+            host_ip = self.node_ip(1)
+        name = f"{dep['metadata']['name']}-{h}-{secrets.token_hex(3)[:5]}"
+        self.running_pod(admin, ns, name, labels, tmpl.get("spec") or {}, ip, host_ip,
+                         annotations=md.get("annotations"), own_ip=own,
+                         sandbox="backend-pod.json" if own else None)
+        cj = next((d for d in docs if d.get("kind") == "CronJob"), None)
+        if cj is not None and self.podnet:
+            self.reaper_pod(admin, util.deep(cj))
+
+    def reaper_pod(self, admin, cj):
+        """The reaper CronJob (validated as any) and a Pod of its Job as a
+        sandbox of its own on the pod network (STATE/reaper-pod.json names it;
+        tests/stack runs labvm-reaper inside it): the jobTemplate's pod
+        labels plus those the Job controller adds (batch.kubernetes.io/
+        job-name and controller-uid, and the legacy job-name and
+        controller-uid; k8s.io/api batch/v1 types.go), so NetworkPolicies see
+        the reaper as a real cluster does, not as the backend. One Pod stands
+        for every run's (a real CronJob makes a Job and a Pod, with a new
+        address, each minute: same labels, same verdicts); no Job object, so
+        the Pod has no ownerReference."""
+        import uuid
+        self.seed(admin, cj)
+        ns = cj["metadata"].get("namespace") or "default"
+        tmpl = util.deep(util.dig(cj, "spec", "jobTemplate", "spec", "template") or {})
+        md = tmpl.get("metadata") or {}
+        job = f"{cj['metadata']['name']}-{int(time.time() // 60)}"
+        uid = str(uuid.uuid4())
+        labels = dict(md.get("labels") or {}, **{
+            "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": job,
+            "controller-uid": uid, "job-name": job})
+        self.running_pod(admin, ns, f"{job}-{secrets.token_hex(3)[:5]}", labels,
+                         tmpl.get("spec") or {}, self.controllers.ipam.alloc(),
+                         self.node_ip(1), annotations=md.get("annotations"), own_ip=True,
+                         sandbox="reaper-pod.json")
+
+    def node_ip(self, i):
+        return f"127.{self.guest_net[1]}.255.{i}"
+
+    def running_pod(self, admin, ns, name, labels, spec, ip, host_ip, annotations=None,
+                    own_ip=False, sandbox=None):
+        """A Running Pod on node-1 that no kubelet runs (the simulator's own:
+        labvm's backend and reaper, the cluster DNS): its address `ip` (taken
+        from the IPAM when own_ip), and with `sandbox` (a STATE file name) a
+        network namespace of its own on the pod network once the controllers
+        run (sandboxes_up(); "" for no file)."""
+        if self.store.get("namespaces", "", ns) is None:
+            self.api.create(admin, BY_PLURAL["namespaces"], "", {"metadata": {"name": ns}})
         now = util.now_rfc3339()
-        spec = dict(tmpl.get("spec") or {}, nodeName="node-1")
+        spec = dict(spec, nodeName="node-1")
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"{dep['metadata']['name']}-{h}-{secrets.token_hex(3)[:5]}",
-                            "namespace": ns, "labels": labels,
-                            "annotations": dict(md.get("annotations") or {})},
+               "metadata": {"name": name, "namespace": ns, "labels": labels,
+                            "annotations": dict(annotations or {})},
                "spec": spec,
                "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
                           "hostIP": host_ip, "startTime": now, "qosClass": "Burstable",
@@ -274,32 +338,42 @@ class Sim:
                                "state": {"running": {"startedAt": now}}}
                               for c in spec.get("containers") or []]}}
         self.seed(admin, pod)
-        if getattr(self.args, "backend_netns", False):
-            made = self.store.get("pods", ns, pod["metadata"]["name"])
+        if own_ip:
+            made = self.store.get("pods", ns, name)
             self.controllers.ipam.ips[made["metadata"]["uid"]] = ip   # the address is taken
-            self.backend = {"name": pod["metadata"]["name"], "namespace": ns, "ip": ip}
+        if sandbox is not None:
+            self.sandboxes.append({"name": name, "namespace": ns, "ip": ip, "file": sandbox})
+        return ip
 
-    def backend_sandbox(self):
-        """--backend-netns: the backend Pod's network namespace, held by a
+    def sandboxes_up(self):
+        """The network namespaces of running_pod()'s sandboxes, each held by a
         process of the simulator (PR_SET_PDEATHSIG, as the guests'), with eth0
-        at the Pod's address; STATE/backend-pod.json names it for the
-        processes that join it. Run after the controllers started: attach()
-        waits until the NetworkPolicy chains know the address."""
-        b = getattr(self, "backend", None)
-        if not b:
-            return
-        holder = self.podnet._holder(["sleep", "infinity"])
-        self.podnet.wait_own_netns(holder.pid)
-        self.podnet.attach(holder.pid, b["ip"], owner=self)
-        self.backend_holder = holder
-        info = dict(b, pid=holder.pid, netns=f"/proc/{holder.pid}/ns/net",
-                    pod_cidr=str(self.podnet.net), node_ip=self.podnet.node_ip)
-        p = os.path.join(self.state_dir, "backend-pod.json")
-        with open(p + ".tmp", "w") as f:
-            json.dump(info, f)
-        os.replace(p + ".tmp", p)
-        self.log(f"backend Pod {b['namespace']}/{b['name']}: {b['ip']} in the network "
-                 f"namespace of PID {holder.pid}")
+        at the Pod's address; STATE/<file> names one for the processes that
+        join it (pid, netns, ip, name, namespace, pod_cidr, node_ip). Run
+        after the controllers started: attach() waits until the NetworkPolicy
+        chains know the address. Then the cluster DNS (clusterdns.py)."""
+        for b in self.sandboxes:
+            holder = self.podnet._holder(["sleep", "infinity"])
+            self.podnet.wait_own_netns(holder.pid)
+            self.podnet.attach(holder.pid, b["ip"], owner=self)
+            b["pid"] = holder.pid
+            if b["file"]:
+                info = {k: b[k] for k in ("name", "namespace", "ip")}
+                info.update(pid=holder.pid, netns=f"/proc/{holder.pid}/ns/net",
+                            pod_cidr=str(self.podnet.net), node_ip=self.podnet.node_ip)
+                p = os.path.join(self.state_dir, b["file"])
+                with open(p + ".tmp", "w") as f:
+                    json.dump(info, f)
+                os.replace(p + ".tmp", p)
+            if b["file"] or getattr(self.args, "verbose", False):
+                # (the cluster DNS's Pods are named in cluster-dns.json instead: a
+                # plain start prints nothing before its ready line)
+                self.log(f"Pod {b['namespace']}/{b['name']}: {b['ip']} in the network "
+                         f"namespace of PID {holder.pid}")
+            if b.get("serve"):
+                b["serve"](holder.pid)
+        if self.dns is not None:
+            self.dns.up()
 
     def seed(self, admin, d):
         from resources import by_kind

@@ -48,6 +48,12 @@ def parse_args(argv):
     ap.add_argument("--registry-mirror", default=None, metavar="ADDR:PORT",
                     help="the only registry imports can reach (CDIConfig importProxy): a private "
                          "address outside the pod network (default 172.30.0.10:3128)")
+    ap.add_argument("--dns", default="kube-dns",
+                    help="the cluster DNS endpoints, comma-separated: kube-dns (CoreDNS Pod "
+                         "k8s-app=kube-dns in kube-system, port 53), nodelocal (NodeLocal "
+                         "DNSCache: a hostNetwork listener on 169.254.20.10:53), openshift "
+                         "(Pod dns.operator.openshift.io/daemonset-dns=default in "
+                         "openshift-dns, port 5353); none for no DNS (default kube-dns)")
     ap.add_argument("--rbac", default=None,
                     help="RBAC objects to load (default: conf/k8s/rbac.yaml of this repo)")
     ap.add_argument("--no-rbac", action="store_true", help="load no RBAC file")
@@ -74,12 +80,31 @@ def parse_args(argv):
     ap.add_argument("--k8s-version", default="1.34", choices=list(K8S_VERSIONS),
                     help="the Kubernetes minor to behave as (/version; from 1.35 a "
                          "WebSocket pods/exec needs create as well as get)")
+    ap.add_argument("--no-api", action="append", default=[], metavar="GROUP",
+                    help="do not serve this API group (its operator or CRDs not installed: "
+                         "cdi.kubevirt.io, k8s.cni.cncf.io, subresources.kubevirt.io, ...): "
+                         "absent from discovery, 404 on its paths; repeatable")
+    ap.add_argument("--no-kvm", action="store_true",
+                    help="nodes without /dev/kvm: devices.kubevirt.io/kvm allocatable 0 "
+                         "(capacity unchanged), so a VM schedules only with KubeVirt's "
+                         "useEmulation")
+    ap.add_argument("--kubevirt-emulation", action="store_true",
+                    help="the KubeVirt CR's spec.configuration.developerConfiguration."
+                         "useEmulation: true (launcher pods ask for no kvm device)")
+    ap.add_argument("--no-policy-enforcement", action="store_true",
+                    help="a CNI without NetworkPolicy support: policies are stored and served, "
+                         "nothing enforces them")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     a.alpn = [p.strip() for p in a.alpn.split(",") if p.strip()]
     if not a.alpn or any(p not in ("h2", "http/1.1") for p in a.alpn):
         ap.error("--alpn takes h2 and/or http/1.1")
     a.host = a.host.strip("[]")
+    from resources import GROUPS
+    for g in a.no_api:
+        if g not in GROUPS or g == "":
+            ap.error(f"--no-api: {g!r} is not an API group the simulator serves "
+                     f"({', '.join(sorted(x for x in GROUPS if x))})")
     if a.rbac is None and not a.no_rbac:
         d = os.path.join(REPO, "conf", "k8s", "rbac.yaml")
         a.rbac = d if os.path.exists(d) else None
@@ -96,6 +121,13 @@ def parse_args(argv):
                                                                  pod_cidr_for_port(a.port)))
         except ValueError as e:
             ap.error(str(e))
+    dns = [x.strip() for x in a.dns.split(",") if x.strip()]
+    if dns == ["none"]:
+        dns = []
+    bad = [x for x in dns if x not in ("kube-dns", "nodelocal", "openshift")]
+    if bad:
+        ap.error(f"--dns: unknown {', '.join(bad)} (kube-dns, nodelocal, openshift or none)")
+    a.dns = dns
     if a.time_scale <= 0:
         ap.error("--time-scale must be > 0")
     if a.guest == "qemu":
@@ -152,7 +184,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.state_dir, exist_ok=True)
     sd = os.path.abspath(args.state_dir)
-    for f in ("ready", "backend-pod.json"):
+    for f in ("ready", "backend-pod.json", "reaper-pod.json"):
         try:
             os.unlink(os.path.join(sd, f))
         except FileNotFoundError:
@@ -181,11 +213,11 @@ def main(argv=None):
         raise SystemExit(f"kubesim: cannot listen on {args.host}:{args.port}: {e}") from None
     sim.controllers.start()
     try:
-        sim.backend_sandbox()
+        sim.sandboxes_up()
     except Exception as e:  # noqa: BLE001
         sim.controllers.stop_all()
         sim.podnet.stop()
-        raise SystemExit(f"kubesim: the backend Pod's network: {e}") from None
+        raise SystemExit(f"kubesim: the network of the simulator's own Pods: {e}") from None
     try:
         sim.cdi_net.start()
     except Exception as e:  # noqa: BLE001

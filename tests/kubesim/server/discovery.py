@@ -42,7 +42,8 @@ class Discovery:
                                                  f":{sim.args.port}"}]})
         if path == "/apis":
             return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1",
-                                        "groups": [group_obj(g) for g in GROUPS if g]})
+                                        "groups": [group_obj(g) for g in GROUPS
+                                                   if g and g not in sim.unserved]})
         if path == "/openapi/v2":
             acc = self.headers.get("Accept") or ""
             if "protobuf" in acc:

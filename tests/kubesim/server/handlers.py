@@ -13,6 +13,7 @@ import traceback
 import urllib.parse
 
 import errors
+import operators
 import rbac
 import tables
 import util
@@ -21,6 +22,7 @@ from resources import BY_GVR, BY_PLURAL, GROUPS
 from .admin import AdminEndpoints
 from .discovery import Discovery, group_obj, resource_list
 from .httpio import Dropped, HttpIO
+from . import reviews
 from .podexec import PodExec
 from .subresources import KubevirtSubresources
 from .watch import Watch
@@ -143,8 +145,20 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             if len(parts) == 2:
                 return {"kind": "group", "group": parts[1], "path": path}
             group, version, rest = parts[1], parts[2], parts[3:]
+        if group in self.sim.unserved:
+            # not installed (kubesim --no-api): what a cluster without the CRDs
+            # or the APIService answers
+            if not rest:
+                return {"kind": "gv", "group": group, "version": version, "path": path}
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound", {})
         if not rest:
             return {"kind": "gv", "group": group, "version": version, "path": path}
+        if group == "subresources.kubevirt.io" and rest == ["version"] and \
+                version in ("v1", "v1alpha3"):
+            # virt-api's version (operators.py): kube-apiserver authorizes the
+            # aggregated request as `get version` in subresources.kubevirt.io
+            return {"kind": "kvversion", "verb": "get", "path": path}
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3 and not (len(rest) == 3 and rest[2] in (
                 "status", "finalize")):
@@ -265,16 +279,25 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
             if not user.admin and not sim.authz.allowed(user, a):
                 raise errors.forbidden(None, None, rbac.forbidden_message(user, a))
             g = route["group"]
-            if g not in GROUPS or g == "":
+            if g not in GROUPS or g == "" or g in sim.unserved:
                 return self.send_text(404, "404 page not found\n")
             return self.send_json(200, group_obj(g, kind="APIGroup"))
         if k == "gv":
             a = {"verb": "get", "path": route["path"]}
             if not user.admin and not sim.authz.allowed(user, a):
                 raise errors.forbidden(None, None, rbac.forbidden_message(user, a))
-            if route["group"] not in GROUPS or route["version"] not in GROUPS[route["group"]]:
+            if route["group"] not in GROUPS or route["version"] not in GROUPS[route["group"]] \
+                    or route["group"] in sim.unserved:
                 return self.send_text(404, "404 page not found\n")
             return self.send_json(200, resource_list(route["group"], route["version"]))
+        if k == "kvversion":
+            a = {"verb": "get", "group": "subresources.kubevirt.io", "resource": "version",
+                 "subresource": None, "namespace": "", "name": None}
+            if not user.admin and not sim.authz.allowed(user, a):
+                raise errors.forbidden(None, None, rbac.forbidden_message(user, a))
+            if method not in ("GET", "HEAD"):
+                raise errors.method_not_allowed()
+            return self.send_json(200, operators.kubevirt_version_info())
         if k == "kvsub":
             return self.kubevirt_sub(method, route, q, user)
         if k == "podsub":
@@ -282,6 +305,11 @@ class Handler(Watch, Discovery, KubevirtSubresources, PodExec, AdminEndpoints, H
         res, ns, name, sub, verb = (route[x] for x in ("res", "ns", "name", "sub", "verb"))
         api = sim.api
         api.authorize(user, verb, res, ns, name, sub)
+        if res.review:
+            # SelfSubjectAccessReview, SelfSubjectReview: create only, answered (reviews.py)
+            if verb != "create":
+                raise errors.method_not_allowed()
+            return self.send_json(201, reviews.answer(sim, res, user, self.decode_body(res)))
         if verb == "get":
             obj = api.get(res, ns, name)
             return self.send_object(200, res, obj, q)

@@ -362,5 +362,36 @@ def pods_and_vmis_read_only_for_backend():
     t.eq(B.get(VMIS).status, 200, "backend lists VMIs")
 
 
+@t.test(name="the operators' CRs: KubeVirt's (readable by everyone) and CDI's; virt-api's version")
+def operator_crs_and_versions():
+    other = sim.client(sim.token(sa="labs/nobody"))   # no binding of its own
+    r = other.get("/apis/kubevirt.io/v1/kubevirts")
+    t.eq(r.status, 200, "any authenticated user lists the KubeVirt CR (kubevirt.io:default)",
+         r.json)
+    items = r.json.get("items") or []
+    t.eq([(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items],
+         [("kubevirt", "kubevirt")], "one, in namespace kubevirt")
+    st = items[0].get("status") or {}
+    t.eq((st.get("phase"), st.get("observedKubeVirtVersion")), ("Deployed", "v1.9.0"),
+         "deployed, at 1.9.0")
+    t.eq(items[0]["spec"]["configuration"]["developerConfiguration"]["useEmulation"], False,
+         "no software emulation by default")
+    t.eq(other.patch("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt",
+                     {"spec": {"imagePullPolicy": "Always"}}).status, 403, "but not change it")
+    r = other.get("/apis/subresources.kubevirt.io/v1/version")
+    t.eq((r.status, r.json.get("gitVersion")), (200, "v1.9.0"), "virt-api's version", r.json)
+    t.ok(set(r.json) >= {"gitVersion", "gitCommit", "gitTreeState", "buildDate", "goVersion",
+                         "compiler", "platform"}, "kubevirt.io/client-go version.Info's fields")
+    anon = sim.client(None).get("/apis/subresources.kubevirt.io/v1/version")
+    t.eq(anon.status, 401, "not without a token (kube-apiserver authenticates first)")
+    r = other.get("/apis/cdi.kubevirt.io/v1beta1/cdis")
+    t.eq(r.status, 403, "CDI grants no default read of its CR")
+    r = A.get("/apis/cdi.kubevirt.io/v1beta1/cdis")
+    st = ((r.json.get("items") or [{}])[0]).get("status") or {}
+    t.eq((st.get("phase"), st.get("observedVersion")), ("Deployed", "v1.66.0"), "CDI at 1.66.0")
+    t.eq(B.get("/apis/cdi.kubevirt.io/v1beta1/cdis").status, 200,
+         "the backend may (rbac.yaml's ClusterRole labvm-doctor)")
+
+
 sim.stop()
 t.done()

@@ -368,16 +368,20 @@ def least_allocated_spreads():
     nodes = [node_of(f"spread-{i}") for i in range(3)]
     t.eq(len(set(nodes)), 3, "one per node", nodes)
     # a bigger VM goes where the least is requested
+    # (placed before anything is freed: the three nodes tie, so it may go to
+    # any of them; the node emptied next is one it did not take)
     A.post(VMS, vm("spread-big", disk="container", memory="4Gi"))
-    A.delete(VMS + "/spread-1")
-    wait_for(lambda: not A.get(PODS + "?labelSelector=vm.kubevirt.io%2Fname%3Dspread-1")
-             .json["items"], 10, what="spread-1's pod gone")
+    wait_running(sim, "spread-big", 10)
+    big = node_of("spread-big")
+    v = next(i for i in range(3) if nodes[i] != big)
+    A.delete(VMS + f"/spread-{v}")
+    wait_for(lambda: not A.get(PODS + f"?labelSelector=vm.kubevirt.io%2Fname%3Dspread-{v}")
+             .json["items"], 10, what=f"spread-{v}'s pod gone")
     A.post(VMS, vm("spread-next", disk="container", memory="512Mi"))
     wait_running(sim, "spread-next", 10)
-    wait_running(sim, "spread-big", 10)
-    t.eq(node_of("spread-next"), nodes[1], "the next VM takes the emptied node",
-         (nodes, node_of("spread-big")))
-    for n in ("spread-0", "spread-2", "spread-big", "spread-next"):
+    t.eq(node_of("spread-next"), nodes[v], "the next VM takes the emptied node",
+         (nodes, big))
+    for n in [f"spread-{i}" for i in range(3) if i != v] + ["spread-big", "spread-next"]:
         A.delete(VMS + f"/{n}")
     wait_for(lambda: not A.get(PODS).json["items"], 10, what="pods gone")
 

@@ -281,6 +281,92 @@ def pods_exec_verbs_by_kubernetes_version():
         t.eq(r.status, 400, "1.35: rbac.yaml's backend may exec by GET", r.json)
 
 
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def ssar(client, spec):
+    return client.post(SSAR, {"apiVersion": "authorization.k8s.io/v1",
+                              "kind": "SelfSubjectAccessReview", "spec": spec})
+
+
+@t.test(name="SelfSubjectAccessReview: the same decision the request itself gets, in the real shape")
+def self_subject_access_review():
+    agree = 0
+    for res, (group, _, _) in RES.items():
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete",
+                     "deletecollection"):
+            r = ssar(B, {"resourceAttributes": {"namespace": NS, "verb": verb, "group": group,
+                                                "resource": res}})
+            if r.status != 201:
+                t.fail(f"review of {verb} {res}: {r.status} {r.json}")
+                continue
+            allowed = r.json["status"]["allowed"]
+            agree += allowed == (attempt(B, verb, res).status != 403)
+    t.eq(agree, 56, "the review agrees with the request on every verb of the matrix")
+    r = ssar(B, {"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "pods",
+                                        "subresource": "exec"}})
+    t.eq(r.status, 201, "201 Created (answered, not stored)", r.json)
+    t.eq((r.json.get("kind"), r.json.get("apiVersion")),
+         ("SelfSubjectAccessReview", "authorization.k8s.io/v1"), "the kind and version")
+    t.eq(r.json["spec"], {"resourceAttributes": {"namespace": NS, "verb": "get",
+                                                 "resource": "pods", "subresource": "exec"}},
+         "the spec as sent")
+    t.eq(r.json["status"], {"allowed": True, "reason": 'RBAC: allowed by RoleBinding '
+                            '"labvm-backend/labs" of Role "labvm-backend" to ServiceAccount '
+                            '"labvm-backend/labs"'}, "allowed, with RBAC's reason")
+    r = ssar(B, {"resourceAttributes": {"verb": "list", "resource": "nodes"}})
+    t.eq(r.json["status"]["reason"], 'RBAC: allowed by ClusterRoleBinding "labvm-nodes" of '
+         'ClusterRole "labvm-nodes" to ServiceAccount "labvm-backend/labs"', "a cluster grant")
+    r = ssar(B, {"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "pods",
+                                        "subresource": "log"}})
+    t.eq(r.json["status"], {"allowed": False}, "denied: allowed false, no reason, no denied "
+         "(RBAC has no opinion)")
+    r = ssar(B, {"nonResourceAttributes": {"path": "/version", "verb": "get"}})
+    t.eq(r.json["status"].get("allowed"), True, "a path (system:discovery)", r.json)
+    r = ssar(B, {"nonResourceAttributes": {"path": "/metrics", "verb": "get"}})
+    t.eq(r.json["status"].get("allowed"), False, "another path")
+    other = sim.client(sim.token(sa="labs/someone-else"))
+    r = ssar(other, {"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "pods",
+                                            "subresource": "exec"}})
+    t.eq((r.status, r.json["status"]["allowed"]), (201, False),
+         "evaluated for the caller's token (system:basic-user lets anyone ask)")
+    r = ssar(B, {})
+    t.eq(r.status, 422, "neither attributes: Invalid", r.json)
+    t.ok("exactly one of nonResourceAttributes or resourceAttributes must be specified"
+         in r.json.get("message", ""), "the validation's words", r.json)
+    r = ssar(B, {"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"verb": "get"}})
+    t.eq(r.status, 422, "both: Invalid")
+    r = ssar(B, {"resourceAttributes": {"verb": "get", "resourse": "pods"}})
+    t.eq(r.status, 400, "an unknown field (strict)", r.json)
+    r = B.post(SSAR, {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "metadata": {"name": "x"},
+                      "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}})
+    t.eq(r.status, 422, "metadata must be empty", r.json)
+    t.eq(B.get(SSAR).status, 403, "nothing to list (create only)")
+    t.eq(A.get(SSAR).status, 405, "not even for the admin")
+    t.eq(A.get("/_sim/state?resource=selfsubjectaccessreviews").json["objects"], {},
+         "never stored")
+    r = B.post("/apis/authentication.k8s.io/v1/selfsubjectreviews",
+               {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    t.eq((r.status, r.json["status"]["userInfo"]["username"]), (201, SA),
+         "SelfSubjectReview: whom the token authenticates", r.json)
+    t.ok("system:serviceaccounts:labs" in r.json["status"]["userInfo"]["groups"], "its groups")
+
+
+@t.test(name="GET namespaces/NAME is authorized in namespace NAME: a Role there may grant it")
+def namespace_in_its_own_namespace():
+    t.eq(B.get(f"/api/v1/namespaces/{NS}").status, 200,
+         "the backend reads its namespace (Role labvm-doctor)")
+    r = B.get("/api/v1/namespaces/default")
+    t.eq(r.status, 403, "not another one")
+    t.eq(r.json.get("message"), f'namespaces "default" is forbidden: User "{SA}" cannot get '
+         'resource "namespaces" in API group "" in the namespace "default"',
+         "the refusal names the namespace as the request's")
+    r = ssar(B, {"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "namespaces",
+                                        "name": NS}})
+    t.eq(r.json["status"].get("allowed"), True, "the review agrees", r.json)
+
+
 @t.test
 def sim_endpoints_are_admin_only():
     r = B.get("/_sim/state")

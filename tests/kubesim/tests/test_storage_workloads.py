@@ -92,14 +92,15 @@ def writable_mount_of_readonlymany_is_refused():
 @t.test
 def shipped_manifests_validate():
     docs = []
-    for n in ("labvm-backend.yaml", "rbac.yaml", "networkpolicy.yaml"):
+    for n in ("labvm-backend.yaml", "rbac.yaml", "networkpolicy.yaml", "labvm-doctor-job.yaml"):
         with open(os.path.join(K8S, n)) as f:
             docs += [d for d in yaml.safe_load_all(f) if d]
     kinds = sorted({d["kind"] for d in docs})
-    for want in ("ConfigMap", "CronJob", "Deployment", "NetworkPolicy", "Secret", "Service"):
+    for want in ("ConfigMap", "CronJob", "Deployment", "Job", "NetworkPolicy", "Secret", "Service"):
         t.ok(want in kinds, f"ships a {want}")
     paths = {"Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
              "CronJob": "/apis/batch/v1/namespaces/{ns}/cronjobs",
+             "Job": "/apis/batch/v1/namespaces/{ns}/jobs",
              "Service": "/api/v1/namespaces/{ns}/services",
              "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
              "Secret": "/api/v1/namespaces/{ns}/secrets",
@@ -115,6 +116,14 @@ def shipped_manifests_validate():
     cj = next(d for d in docs if d["kind"] == "CronJob")
     t.eq((cj["spec"]["schedule"], cj["spec"]["concurrencyPolicy"]), ("* * * * *", "Forbid"),
          "the reaper every minute, never overlapping")
+    job = next(d for d in docs if d["kind"] == "Job")
+    jp = job["spec"]["template"]["spec"]
+    t.eq((jp["serviceAccountName"], jp["containers"][0]["command"]),
+         ("labvm-backend", ["/usr/lib/labvm/labvm-doctor"]),
+         "labvm-doctor's Job: the backend's ServiceAccount, the installed doctor")
+    cj_vols = {v["name"]: v for v in cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]}
+    t.eq({v["name"]: v for v in jp["volumes"] if v["name"] in ("conf", "lessons")},
+         {k: cj_vols[k] for k in ("conf", "lessons")}, "the reaper's labvm.conf and lessons")
     dep = next(d for d in docs if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
     t.eq(pod["serviceAccountName"], "labvm-backend", "the ServiceAccount of rbac.yaml")

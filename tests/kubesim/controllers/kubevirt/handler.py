@@ -264,6 +264,8 @@ class VirtHandler(Controller):
         if getattr(cls, "kind", "") == "process":
             kw["hide"] = [self.sim.state_dir]
             kw["net"] = self.sim.podnet
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             if nets:
                 kw.update(session_nets=nets, sessnets=self.sim.sessnets)
         if getattr(cls, "kind", "") == "qemu":
@@ -276,6 +278,8 @@ class VirtHandler(Controller):
             kw["networkdata"] = self._networkdata(vmi)
             if nets:
                 kw.update(session_nets=nets, sessnets=self.sim.sessnets)
+            if self.sim.dns is not None:
+                kw["resolv_conf"] = self.sim.dns.resolv_conf(md.get("namespace"), vm=True)
             # KubeVirt's NoCloud instance-id: stable per VMI name and namespace
             kw.update(instance_id=f"{md['name']}.{md.get('namespace')}",
                       image_dir=getattr(self.sim.args, "guest_image_dir", None))

@@ -11,10 +11,13 @@ from ..base import owner_ref
 from .common import LAUNCHER_IMAGE, launcher_overhead, mem_request
 
 
-def launcher_pod(vmi, overhead=None):
+def launcher_pod(vmi, overhead=None, emulation=False):
     """The pod to create (generateName virt-launcher-NAME-), owned by the VMI.
     overhead: bytes a node reserves beyond the VM's memory (None: KubeVirt's
-    own estimate, launcher_overhead())."""
+    own estimate, launcher_overhead()). emulation: the KubeVirt CR's
+    useEmulation: no devices.kubevirt.io/kvm is asked for (KubeVirt
+    pkg/virt-controller/services/renderresources.go:478, v1.9.0), so nodes
+    without /dev/kvm take the VM."""
     if overhead is None:
         overhead = launcher_overhead(vmi.get("spec") or {})
     md = vmi["metadata"]
@@ -55,6 +58,11 @@ def launcher_pod(vmi, overhead=None):
                                               "cpu": "100m",
                                               "devices.kubevirt.io/kvm": "1"},
                                  "limits": {"devices.kubevirt.io/kvm": "1"}}}]
+    if emulation:
+        for k in ("requests", "limits"):
+            containers[0]["resources"][k].pop("devices.kubevirt.io/kvm")
+        if not containers[0]["resources"]["limits"]:
+            del containers[0]["resources"]["limits"]
     for i, img in enumerate(images):
         containers.append({"name": f"volume{i}", "image": img,
                            "command": ["/usr/bin/container-disk"],

@@ -58,6 +58,15 @@ class VMController(Controller):
         # dataVolumeTemplates
         for t in dig(vm, "spec", "dataVolumeTemplates") or []:
             dvname = dig(t, "metadata", "name")
+            if dvname and "cdi.kubevirt.io" in (getattr(self.sim.args, "no_api", None) or ()):
+                # no CDI (kubesim --no-api cdi.kubevirt.io): the create fails and
+                # the VM stays Provisioning (KubeVirt pkg/virt-controller/watch/
+                # vm/vm.go:552, v1.9.0: "Error creating DataVolume %s: %v")
+                self.api.event(vm, "Warning", "FailedDataVolumeCreate",
+                               f"Error creating DataVolume {dvname}: the server could not "
+                               "find the requested resource (post datavolumes.cdi.kubevirt.io)",
+                               "virtualmachine-controller")
+                continue
             if dvname and self.store.get("datavolumes", ns, dvname) is None:
                 # the template's metadata, labels and annotations as they are,
                 # plus kubevirt.io/created-by and allowClaimAdoption (KubeVirt

@@ -6,6 +6,7 @@ From Scheduled on, virt-handler (handler.py) owns the VMI: Running, the
 guest, its end. Deleting a VMI: virt-handler stops the guest, then this
 controller deletes the launcher pod and, once it is gone, drops the VMI's
 finalizers."""
+import operators
 import util
 from util import dig
 
@@ -138,7 +139,8 @@ class VMIController(Controller):
 
     def _create_launcher(self, vmi):
         md = vmi["metadata"]
-        pod = launcher_pod(vmi, getattr(self.sim, "launcher_overhead", None))
+        pod = launcher_pod(vmi, getattr(self.sim, "launcher_overhead", None),
+                           emulation=operators.emulation(self.store))
         p = self.api.sys_create("pods", pod)
         self.mgr.pods_by_owner[md["uid"]] = p
         self.api.event(vmi, "Normal", "SuccessfulCreate", f"Created virtual machine pod "

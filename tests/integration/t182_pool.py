@@ -15,7 +15,7 @@ import uuid
 
 import utf8text
 from fcgiclient import LabFcgi
-from labtest import PREFIX, Api, Db, Kube, env, frontends, reset_world, users, wait_until
+from labtest import PREFIX, Api, Db, Kube, env, frontends, reset_world, users, wait_until, reaper_argv
 from tap import T
 
 t = T()
@@ -31,8 +31,8 @@ OP = Api("operator")
 
 def run(exe, *args, conf=None):
     e = dict(os.environ, LABVM_CONF=conf or env("LABVM_CONF"))
-    r = subprocess.run([os.path.join(BIN, exe), *args], env=e, capture_output=True, text=True,
-                       timeout=120)
+    argv = reaper_argv(*args) if exe == "labvm-reaper" else [os.path.join(BIN, exe), *args]
+    r = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -364,10 +364,10 @@ def fillers(n, kind="virtualmachines"):
     names = []
     for _ in range(n):
         name = "lab-" + uuid.uuid4().hex
-        labels = {f"{PREFIX}/lab-session": "true", f"{PREFIX}/environment": "t180-filler"}
+        labels = {f"{PREFIX}/lab-session": "true", f"{PREFIX}/environment": "t182-filler"}
         if kind == "pods":
             obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-                   "spec": {"nodeSelector": {"t180": "nowhere"},
+                   "spec": {"nodeSelector": {"t182": "nowhere"},
                             "containers": [{"name": "lab", "image": "docker.io/library/debian:12"}]}}
         else:
             obj = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
@@ -498,6 +498,33 @@ def reaper():
     t.eq((count(out, "pool_vanished"), count(out, "pool_created")), (1, 1),
          "the vanished one is counted and replaced", out)
     kube.delete("virtualmachines", theirs)
+    cold_reset()
+
+
+@t.test(name="a warm pool only the reaper tends turns ready: the reaper, as its CronJob's Pod, "
+        "reaches the pool VMs' agents")
+def reaper_only():
+    # as on a cluster where no operator looks at the pool: no labvm-pool tick,
+    # no GET /api/operator/pool; only the CronJob's runs (its own Pod, its labels)
+    cold_reset()
+    warm("linux-basics", 2)
+    outs = []
+
+    def ready_by_reaper():
+        rc, out = run("labvm-reaper", "--grace", "0")
+        outs.append(out.strip().splitlines()[-1] if out.strip() else f"rc={rc}")
+        return len([r for r in rows("linux-basics") if r[1] == "ready"]) >= 2
+    try:
+        wait_until(ready_by_reaper, timeout=120, interval=1.0,
+                   what="2 ready pool VMs, made ready by the reaper alone")
+        ok = True
+    except TimeoutError:
+        ok = False
+    t.ok(ok, "both pool VMs ready after reaper runs alone", outs[-3:])
+    t.ok(sum(count(o, "pool_ready") or 0 for o in outs) >= 2,
+         "the reaper's runs counted them ready (pool_ready)", outs[-3:])
+    gone = [r for r in rows("linux-basics", states=("deleted",)) if r[3] == "not_ready"]
+    t.eq(gone, [], "none retired as not ready")
     cold_reset()
 
 

@@ -1,13 +1,13 @@
-/* session.c - console sessions (session.h). */
+/* bsession.c - console sessions (bsession.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bridge.h"
+#include "bsession.h"
 #include "control.h"
-#include "db.h"
+#include "dbworker.h"
 #include "log.h"
-#include "session.h"
 #include "util.h"
 
 #define conn_of(d) lws_container_of(d, struct bconn, in_sess)

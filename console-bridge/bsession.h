@@ -1,10 +1,10 @@
-/* session.h - one console session: one machine's console of a lab session
+/* bsession.h - one console session: one machine's console of a lab session
  * (keyed by session id and VM: every machine of a multi-machine session has
  * its own), the browsers attached to it, the one upstream they share
  * (upstream.h), the replay ring, flow control between them, and every close
  * with its reason (logged once). Runs on the lws service thread. */
-#ifndef LABVM_CONSOLE_SESSION_H
-#define LABVM_CONSOLE_SESSION_H
+#ifndef LABVM_CONSOLE_BSESSION_H
+#define LABVM_CONSOLE_BSESSION_H
 
 #include <stddef.h>
 #include <stdint.h>

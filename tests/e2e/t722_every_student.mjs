@@ -1,5 +1,5 @@
 // timeout: 600
-/* t720: the student page for every student (issue #22), in Chromium
+/* t722: the student page for every student (issue #22), in Chromium
  * (playwright-core driving Debian's /usr/bin/chromium):
  *
  *   - delivery, on each front end: the lesson list comes without xterm.js;

@@ -1,8 +1,8 @@
-/* db.h - the database worker thread (db.c). The lws service thread never
+/* dbworker.h - the database worker thread (dbworker.c). The lws service thread never
  * touches libpq: it queues requests (db_check, db_recheck) and takes the
  * answers (db_results) when lws_cancel_service() wakes it. */
-#ifndef LABVM_CONSOLE_DB_H
-#define LABVM_CONSOLE_DB_H
+#ifndef LABVM_CONSOLE_DBWORKER_H
+#define LABVM_CONSOLE_DBWORKER_H
 
 #include <stddef.h>
 #include <stdint.h>

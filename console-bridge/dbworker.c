@@ -1,4 +1,4 @@
-/* db.c - the database worker thread. The lws service thread never touches
+/* dbworker.c - the database worker thread. The lws service thread never touches
  * libpq: it queues requests here (db_check, db_recheck) and takes the answers
  * (db_results) when lws_cancel_service() wakes it with
  * LWS_CALLBACK_EVENT_WAIT_CANCELLED. The worker owns one PGconn, LISTENs on
@@ -17,7 +17,7 @@
 
 #include <libpq-fe.h>
 
-#include "db.h"
+#include "dbworker.h"
 #include "log.h"
 #include "pgconn.h"
 #include "state.h"

@@ -1,5 +1,5 @@
 // timeout: 300
-/* t730: the starting view follows a start by the session's event stream
+/* t732: the starting view follows a start by the session's event stream
  * (EventSource on /api/sessions/{id}/events), and by polling the plain GET
  * when the stream is blocked; both show the same stages and end in the lab.
  * Once through lighttpd and once through Apache (Chromium, playwright-core).

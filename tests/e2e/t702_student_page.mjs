@@ -1,5 +1,5 @@
 // timeout: 600
-/* t700: the student page in Chromium (playwright-core driving Debian's
+/* t702: the student page in Chromium (playwright-core driving Debian's
  * /usr/bin/chromium, headless), the whole scenario once through lighttpd and
  * once through Apache:
  *
