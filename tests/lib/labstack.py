@@ -63,7 +63,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 PGBIN = "/usr/lib/postgresql/15/bin"
 PASSWORD = "labvm"    # the students' (HTTP Basic); the database's is random per state folder
 USERS = 200          # the demo's students: student1..student200
-TEST_USERS = 440     # test stacks have more, so suites can each reserve their own (t190_idle: 400-439)
+TEST_USERS = 440     # test stacks have more, so suites can each reserve their own (t191_idle, t797: 400-439)
 
 
 class StackError(Exception):
