@@ -129,9 +129,10 @@ struct opts {
 	 * random moment of their hold and never comes back (the page stays open);
 	 * with --idle-lesson the class runs in line mode twice, idle ending off
 	 * (--lesson) and on (--idle-lesson) */
-	double walkaway;    /* 0..1 */
-	char *idle_lesson;  /* the same lesson with idle_minutes */
-	double activity_s;  /* a working student's activity every (typing, as the bridge records it) */
+	double walkaway;   /* 0..1 */
+	char *idle_lesson; /* the same lesson with idle_minutes */
+	double
+	    activity_s; /* a working student's activity every (typing, as the bridge records it) */
 };
 
 /* opts.c: a stack's env file (--env, $LABVM_ENV_FILE or .demo/env) into the

@@ -297,7 +297,8 @@ static void open_page(struct student *s, struct bapi *a)
 		} else if (g) {
 			double ie = bench_parse_time(kj_str(g, "idle_ends_at"));
 			double ex = bench_parse_time(kj_str(g, "expires_at"));
-			double end = fmin(isfinite(ie) ? ie : INFINITY, isfinite(ex) ? ex : INFINITY);
+			double end =
+			    fmin(isfinite(ie) ? ie : INFINITY, isfinite(ex) ? ex : INFINITY);
 			const cJSON *ws = kj_get(g, "warning_s");
 			double warn = cJSON_IsNumber(ws) ? ws->valuedouble : 0;
 			if (isfinite(end))
@@ -515,11 +516,12 @@ int cmd_class(struct opts *o)
 	       "%s, seed %d, against %s\n",
 	       o->students, lesson, o->spread_s, hs, o->seed, o->url);
 	if (o->walkaway > 0 || idle_pair)
-		printf("walk-aways: %.0f%% of the students stop at a random moment of their hold and "
-		       "never come back (the page stays open); working students' activity every %g "
-		       "s%s%s\n",
-		       o->walkaway * 100, o->activity_s, idle_pair ? "; idle ending on: " : "",
-		       idle_pair ? o->idle_lesson : "");
+		printf(
+		    "walk-aways: %.0f%% of the students stop at a random moment of their hold and "
+		    "never come back (the page stays open); working students' activity every %g "
+		    "s%s%s\n",
+		    o->walkaway * 100, o->activity_s, idle_pair ? "; idle ending on: " : "",
+		    idle_pair ? o->idle_lesson : "");
 	if (o->capacity)
 		printf("seats: %d (expected)\n", o->capacity);
 	printf("retry-only: wait %s + 0-%g s, press again; the line: the place polled every %g s\n",
@@ -561,10 +563,11 @@ int cmd_class(struct opts *o)
 		             idle_pair ? k : -1, &m[k], jm) < 0)
 			rc = 1;
 	if (idle_pair && !bench_stop && isfinite(m[0].wait_p95) && m[0].wait_p95 > 0)
-		printf("\nidle ending on: line wait p95 %.1f s vs %.1f s off (%.0f%% lower; target: "
-		       "at least 40%% lower); working students ended by mistake: %d (must be 0)\n",
-		       m[1].wait_p95, m[0].wait_p95, 100.0 * (1 - m[1].wait_p95 / m[0].wait_p95),
-		       m[1].mistakes);
+		printf(
+		    "\nidle ending on: line wait p95 %.1f s vs %.1f s off (%.0f%% lower; target: "
+		    "at least 40%% lower); working students ended by mistake: %d (must be 0)\n",
+		    m[1].wait_p95, m[0].wait_p95, 100.0 * (1 - m[1].wait_p95 / m[0].wait_p95),
+		    m[1].mistakes);
 	if (idle_pair) {
 		jx_add_str(root, "idle_lesson", o->idle_lesson);
 		bench_jnum(root, "walkaway", o->walkaway, 3);

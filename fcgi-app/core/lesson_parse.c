@@ -19,10 +19,10 @@
 /* ------------------------------------------------------------ the key tables */
 
 enum key_type {
-	KEY_STR,  /* a string (char *): NULL, or def, when absent */
-	KEY_INT,  /* an integer (int) in min..max: idef when absent */
-	KEY_ENUM, /* a string naming an enum value (stored as int): idef when absent */
-	KEY_OWN,  /* an object or array: read by `read`, or (read NULL) by the code named */
+	KEY_STR,     /* a string (char *): NULL, or def, when absent */
+	KEY_INT,     /* an integer (int) in min..max: idef when absent */
+	KEY_ENUM,    /* a string naming an enum value (stored as int): idef when absent */
+	KEY_OWN,     /* an object or array: read by `read`, or (read NULL) by the code named */
 	KEY_MINUTES, /* minutes, a fraction allowed, stored as whole seconds (int; at least 1
 	              * when above 0): idef seconds when absent, 0..max minutes */
 };
@@ -249,8 +249,8 @@ static int read_key(const cJSON *o, const struct lesson_key *k, void *dst, int e
 			return 0;
 		}
 		if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= k->max)) {
-			snprintf(err, errlen, "\"%s\" must be a number of minutes in 0..%d", k->name,
-			         k->max);
+			snprintf(err, errlen, "\"%s\" must be a number of minutes in 0..%d",
+			         k->name, k->max);
 			return -1;
 		}
 		double sec = v->valuedouble * 60.0;

@@ -402,15 +402,17 @@ class Stack:
             "fcgi_threads": "4",
             # tests see a keepalive comment within seconds
             "stream_keepalive_s": "2",
-            # issue #28: the idle lessons (tests/lessons/test-idle*.json) end
-            # after 12 s without activity; the warning comes 4 s before
-            "idle_warning_s": "4",
             "console_listen": f"127.0.0.1:{self.ports['console']}",
             "console_path": "/console/",
             "orphan_grace_s": "300",  # >= the longest start of kubeadm-cluster
             "operators": "operator",
             "log_level": "info",
         }
+        if self.extra_lessons:
+            # issue #28: the idle test lessons (tests/lessons/test-idle*.json,
+            # test-class-idle.json) end after 12 s without activity; the
+            # warning comes 4 s before (--check refuses a warning as long)
+            conf["idle_warning_s"] = "4"
         if not self.demo:
             # suites start and end many labs per user; t310 tests the limit
             # on a labvm.fcgi of its own (tests/lib/fcgiclient.py)
