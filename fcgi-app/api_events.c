@@ -99,19 +99,41 @@ enum hres api_session_events(struct req *r)
 		resp_error(r, E_STREAMS_FULL, "too many open event streams here: poll the session");
 		return H_DONE;
 	}
+	/* whether the session is starting, as of the newest event this stream
+	 * starts after: not as the router read it, before that newest event (an
+	 * end committed in between left such a stream open for good, waiting for
+	 * an event that had come already) */
+	int starting = r->sess->state == SESSION_STARTING;
+	/* ?until=end: open while active, as of that newest event too */
+	int open = through ? session_active(r->sess) : starting;
 	if (after >= 0) {
-		long long newest = session_last_event(r->x, r->sess->id);
+		int final;
+		long long newest = session_last_event(r->x, r->sess->id, &final);
 		if (newest < 0)
 			return api_db_error(r);
-		if (after > newest)
+		if (after >= newest) {
 			after = newest; /* nothing of this session is after it: from now on */
+			if (final >= 0)
+				starting = !final;
+			if (through && final == 1) {
+				/* ready, failed or ended: which one, read after that event */
+				struct session cur;
+				int rc = session_load(r->x, r->sess->id, &cur);
+				if (rc == SESSION_DBERR)
+					return api_db_error(r);
+				open = rc == SESSION_FOUND && session_active(&cur);
+				session_free(&cur);
+			} else if (!through) {
+				open = starting;
+			}
+		}
 		if (session_events_load(r->x, r->sess->id, after, 100, &ev, &n) < 0)
 			return api_db_error(r);
 		last = after;
 	} else {
 		/* the newest id first, then the session: a change in between is sent
 		 * again as its own event (never lost) */
-		last = session_last_event(r->x, r->sess->id);
+		last = session_last_event(r->x, r->sess->id, NULL);
 		if (last < 0)
 			return api_db_error(r);
 		memset(&now_ev, 0, sizeof now_ev);
@@ -132,7 +154,7 @@ enum hres api_session_events(struct req *r)
 	/* stdin to its end: after it, anything readable is the client going away */
 	while (FCGX_GetChar(r->fr->in) != EOF)
 		;
-	if (n == 0 && (through ? !session_active(r->sess) : r->sess->state != SESSION_STARTING)) {
+	if (n == 0 && !open) {
 		/* nothing after the final event */
 		write_head(r, 204);
 		session_events_free(ev, n);
@@ -171,8 +193,7 @@ enum hres api_session_events(struct req *r)
 		stream_slot_release(&r->x->db, r->user, slot);
 		return H_DONE;
 	}
-	stream_adopt(r->fr, r->sess->id, last, r->sess->state == SESSION_STARTING, r->user, slot,
-	             through);
+	stream_adopt(r->fr, r->sess->id, last, starting, r->user, slot, through);
 	r->adopted = 1;
 	return H_DONE;
 }

@@ -237,16 +237,23 @@ void session_events_free(struct session_event *ev, size_t n)
 	free(ev);
 }
 
-long long session_last_event(struct labctx *x, const char *id)
+long long session_last_event(struct labctx *x, const char *id, int *final)
 {
 	const char *p[1] = {id};
 	PGresult *r = db_exec(&x->db,
-	                      "SELECT coalesce(max(seq), 0) FROM session_events "
-	                      "WHERE session_id = $1::uuid",
+	                      "SELECT seq, snapshot->>'state' FROM session_events "
+	                      "WHERE session_id = $1::uuid ORDER BY seq DESC LIMIT 1",
 	                      1, p);
+	if (final)
+		*final = -1;
 	if (!r)
 		return -1;
-	long long v = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	long long v = 0;
+	if (PQntuples(r)) {
+		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+		if (final)
+			*final = strcmp(PQgetvalue(r, 0, 1), "starting") != 0;
+	}
 	PQclear(r);
 	return v;
 }

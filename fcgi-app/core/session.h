@@ -109,8 +109,10 @@ struct session_event {
 int session_events_load(struct labctx *x, const char *id, long long after, int limit,
                         struct session_event **out, size_t *n);
 void session_events_free(struct session_event *ev, size_t n);
-/* The session's newest event id (0 when none), or -1 on database trouble. */
-long long session_last_event(struct labctx *x, const char *id);
+/* The session's newest event id (0 when none), or -1 on database trouble.
+ * final (may be NULL): 1 when that event's state is not starting (ready,
+ * failed, ended: nothing comes after it), 0 when it is, -1 no event. */
+long long session_last_event(struct labctx *x, const char *id, int *final);
 int session_active(const struct session *s);
 
 const char *session_stage_str(enum session_stage st);

@@ -255,6 +255,63 @@ def huge_last_event_id():
     t.eq(st.status, 204, "after the end, the same id: 204 (EventSource stops)", st.body)
 
 
+@t.test(name="a stream opened with a huge Last-Event-ID as its session ends (the end "
+             "committed after the handler read the session, before it read the newest event) "
+             "ends too: 204, or the final event")
+def end_while_opening():
+    # make chaos's hostile student found it: streams opened over and over
+    # with a huge Last-Event-ID while their session ended; one stayed open
+    api = Api("student274")
+    sid = fresh(api, "test-hold")   # setting_up until it ends: no event of its own
+    wait_until(lambda: api.get(sid).json["stage"] == "setting_up", 60, 0.1, "setting_up")
+    watch = Db()
+    lock = Db()
+    lock.conn.autocommit = False
+    res = {}
+
+    def opener():
+        res["st"] = Stream(events_path(sid), "student274", last_id="999999999999999999",
+                           timeout=40)
+    th = threading.Thread(target=opener, daemon=True)
+    with lock.conn.cursor() as c:
+        # the handler's look at the session's newest event waits here, after
+        # the router read the session (starting)
+        c.execute("LOCK TABLE session_events IN ACCESS EXCLUSIVE MODE")
+        th.start()
+        wait_until(lambda: watch.one(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE c.relname = 'session_events' AND NOT l.granted")[0], 20, 0.05,
+            "the stream's handler waiting for session_events")
+        # an operator ends the session meanwhile (its event goes in with this lock)
+        c.execute("UPDATE sessions SET state = 'ended', end_reason = 'operator', "
+                  "ended_at = now() WHERE id = %s", (sid,))
+    lock.conn.commit()
+    th.join(40)
+    st = res.get("st")
+    t.require(st is not None, "the stream was answered")
+    if st.status == 200:
+        got = []
+
+        def read():
+            try:
+                got.append(st.all())
+            except Exception:  # noqa: BLE001 (closed under it below)
+                got.append(None)
+        rd = threading.Thread(target=read, daemon=True)
+        rd.start()
+        rd.join(15)   # an old labvm: open for good, keepalives only
+        evs = got[0] if got else None
+        t.ok(evs is not None and evs and evs[-1].json["state"] == "ended",
+             "200: the stream got the final event and closed",
+             [e.data[:60] for e in evs] if evs else "still open after 15 s")
+    else:
+        t.eq(st.status, 204, "or 204: nothing after the final event (EventSource stops)",
+             st.body)
+    st.close()
+    lock.close()
+    watch.close()
+
+
 @t.test(name="open streams hold no FastCGI worker: the API answers beside 3x the workers")
 def no_worker_per_stream():
     # 2 processes x 4 threads in the stack: 24 streams would starve them;

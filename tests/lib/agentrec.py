@@ -13,7 +13,12 @@ agent does (0.0.0.0:8899) and writes one JSON line per event to --log:
 
 --mode silent reads the request and never answers (a frozen agent: the
 connection stays until the client gives up); --mode answer answers like a
-guest whose setup still runs (/ready 503 setup_running, /tty-size 200).
+guest whose setup still runs (/ready 503 setup_running, /tty-size 200);
+--mode garbage answers each connection with the next of GARBAGE (what a
+student who is root can put on port 8899: bytes that are not UTF-8, NULs
+and lone surrogates in JSON strings, "every step passed", no JSON at all,
+a broken status line, a short or oversize body, a body trickled a byte at a
+time, deep nesting, wrong types, a hang-up).
 
 From a test (host side): replace_agent() kills the guest's agent and starts
 this in its place; records() reads the log back."""
@@ -25,8 +30,58 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+BAD = b"bad \xff\xfe \x80\xbf \xc0\xaf \xed\xa0\x80 \xf8\x88\x80\x80\x80 "
+JA = "\u65e5\u672c\u8a9e\u25cf\u2018quoted\u2019".encode()
+
+
+def _head(code, n, extra=b""):
+    return (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n" % (code, n)) + extra + b"\r\n"
+
+
+def _full(code, body):
+    return [_head(code, len(body)) + body]
+
+
+# each entry: (name, fn(path) -> list of byte strings to send, one after the other;
+# None between them: a pause of 0.2 s)
+GARBAGE = [
+    ("bad-bytes-pass", lambda p: _full(200, b'{"ready": true, "exit_code": 0, "timed_out": false, '
+                                       b'"stdout": "' + BAD * 50 + JA * 300 + JA[:-2] +
+                                       b'", "stderr": "\\u0000 nul \\u00e9 \x01\x1f", '
+                                       b'"log_tail": "' + BAD + b'", "tty": "' + BAD + b'", '
+                                       b'"cols": 80, "rows": 24}')),
+    ("lone-surrogates", lambda p: _full(200, b'{"exit_code": 0, "stdout": "\\ud800 \\udfff '
+                                        b'\\udbff\\u0041", "stderr": "", "timed_out": false}')),
+    ("not-json", lambda p: _full(200, bytes(range(256)) * 16)),
+    ("bad-status-line", lambda p: [b"HTTP/1.1 2\xff\xfe OK\r\n\xff: \x80\r\n\r\n{}"]),
+    ("short-body", lambda p: [_head(200, 100000) + b'{"exit_code": 0, "stdout": "'
+                              + JA[:5]]),
+    ("oversize", lambda p: [_head(200, 2 * 1024 * 1024 + 16) + b'{"stdout": "' +
+                            (BAD + JA) * (2 * 1024 * 1024 // (len(BAD) + len(JA)) + 1)]),
+    ("trickle", lambda p: [x for b in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+                           for x in (bytes([b]), None)]),
+    ("deep-nesting", lambda p: _full(200, b"[" * 200000 + b"]" * 200000)),
+    ("wrong-types", lambda p: _full(200, b'{"exit_code": "0", "stdout": 5, "stderr": [], '
+                                    b'"timed_out": "yes", "ready": "true", "state": 7, '
+                                    b'"cols": "x", "rows": null, "log_tail": {}}')),
+    ("hang-up", lambda p: []),
+    ("not-ready-bad-tail", lambda p: _full(503, b'{"ready": false, "state": "setup_failed", '
+                                           b'"exit_code": 9, "log_tail": "' + BAD +
+                                           JA * 400 + JA[:-1] + b'"}')),
+    ("huge-exit", lambda p: _full(200, b'{"exit_code": 1e999, "stdout": "' + JA * 20000 +
+                                  b'\\ud83d", "stderr": "", "timed_out": false}')),
+]
+# /run (a grade's steps, one after the other): answers that parse come in runs,
+# so that some grades get every step answered (and passed, with bytes that are
+# not UTF-8 in their output) and others fail halfway
+RUN_ORDER = ["bad-bytes-pass", "bad-bytes-pass", "huge-exit", "wrong-types", "bad-bytes-pass",
+             "lone-surrogates", "not-json", "oversize", "bad-bytes-pass", "trickle", "deep-nesting", "short-body",
+             "bad-status-line", "hang-up", "not-ready-bad-tail"]
 
 
 def serve(args):
@@ -71,6 +126,23 @@ def serve(args):
             if args.mode == "silent":
                 while c.recv(65536):
                     pass
+                return
+            if args.mode == "garbage":
+                kind = "/run" if path.startswith("/run") else "other"
+                with lock:
+                    i = state.setdefault(kind, 0)
+                    state[kind] += 1
+                if kind == "/run":
+                    name = RUN_ORDER[i % len(RUN_ORDER)]
+                    fn = dict(GARBAGE)[name]
+                else:
+                    name, fn = GARBAGE[i % len(GARBAGE)]
+                log({"ev": "garbage", "what": name})
+                for part in fn(path):
+                    if part is None:
+                        time.sleep(0.2)
+                    else:
+                        c.sendall(part)
                 return
             if path.startswith("/tty-size"):
                 try:
@@ -133,5 +205,5 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", default="0.0.0.0:8899")
     ap.add_argument("--log", required=True)
-    ap.add_argument("--mode", choices=("silent", "answer"), default="silent")
+    ap.add_argument("--mode", choices=("silent", "answer", "garbage"), default="silent")
     serve(ap.parse_args(sys.argv[1:]))
