@@ -324,6 +324,15 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 	}
 	s->bytes_up += n;
 	B->st.bytes_up += n;
+	int64_t now = util_mono_ms();
+	if (n && (!s->t_activity || now - s->t_activity >= BS_ACTIVITY_MS)) {
+		/* the session's other consoles (its other machines) count as recorded too */
+		for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next)
+			if (strcmp(sess_of(d)->sid, s->sid) == 0)
+				sess_of(d)->t_activity = now;
+		if (db_activity(s->sid) < 0)
+			s->t_activity = 0; /* out of memory: the next byte tries again */
+	}
 	if (s->up_ops->queued(s->up) > BS_UP_HIGH)
 		bc_rx(c, 0); /* from its next writeable, see upstream.h */
 }

@@ -140,6 +140,16 @@ int db_recheck(char (*sids)[37], size_t n)
 	return submit(r);
 }
 
+int db_activity(const char *sid)
+{
+	struct db_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return -1;
+	r->kind = DB_ACTIVITY;
+	snprintf(r->sid, sizeof r->sid, "%s", sid);
+	return submit(r);
+}
+
 struct db_result *db_results(void)
 {
 	pthread_mutex_lock(&W.mu);
@@ -391,6 +401,28 @@ static void run_recheck(struct db_req *q)
 	PQclear(res);
 }
 
+static void run_activity(struct db_req *q)
+{
+	const char *params[2] = {q->sid, W.environment};
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!pg_ok())
+			return;
+		PGresult *res =
+		    PQexecParams(W.pg,
+		                 "UPDATE sessions SET last_activity_at = clock_timestamp() "
+		                 "WHERE id = $1::uuid AND environment = $2 AND "
+		                 "state = 'ready'",
+		                 2, NULL, params, NULL, NULL, 0);
+		int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+		if (!ok)
+			log_warn("session %s: recording activity: %s", q->sid,
+			         PQresultErrorMessage(res));
+		PQclear(res);
+		if (ok || !pg_recover())
+			return;
+	}
+}
+
 static void drain_notifies(void)
 {
 	PGnotify *n;
@@ -431,6 +463,8 @@ static void *worker(void *arg)
 				run_recheck(q);
 			} else if ((q->kind == DB_WATCH_ON || q->kind == DB_WATCH_OFF) && pg_ok()) {
 				run_watch(q);
+			} else if (q->kind == DB_ACTIVITY) {
+				run_activity(q);
 			}
 			free(q->sids);
 			free(q);

@@ -9,7 +9,8 @@
 
 #include <libwebsockets.h>
 
-enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS, DB_WATCH_ON, DB_WATCH_OFF };
+enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS, DB_WATCH_ON, DB_WATCH_OFF,
+	       DB_ACTIVITY };
 enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE, DB_TICKET_USED };
 
 struct db_result {
@@ -41,6 +42,10 @@ int db_watch(int on, uint64_t conn_id, const char *sid, const char *vm, const ch
              const char *mode);
 /* Ask which of these sessions are no longer ready: one DB_ENDED result each. */
 int db_recheck(char (*sids)[37], size_t n);
+/* Record typed input as activity of session sid (sessions.last_activity_at,
+ * while it is ready; issue #28). Fire and forget: no result; dropped while
+ * the database is down (the next input after it is back records it). */
+int db_activity(const char *sid);
 /* Take every result so far (a list in arrival order; caller frees each). */
 struct db_result *db_results(void);
 

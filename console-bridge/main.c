@@ -122,6 +122,7 @@ static void db_answers(void)
 		case DB_RECHECK:
 		case DB_WATCH_ON:
 		case DB_WATCH_OFF:
+		case DB_ACTIVITY: /* no answer */
 			break;
 		}
 		free(r);

@@ -66,6 +66,9 @@ enum hres api_console_ticket(struct req *r);
 enum hres api_tty_size(struct req *r);
 /* api_events.c */
 enum hres api_session_events(struct req *r);
+/* api_idle.c (issue #28) */
+enum hres api_session_activity(struct req *r);
+enum hres api_session_extend(struct req *r);
 /* api_metrics.c, api_operator.c, api_pool.c: operators only (NEED_OPERATOR) */
 enum hres api_metrics(struct req *r);
 enum hres api_operator_overview(struct req *r);

@@ -10,6 +10,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "session.h"
+#include "session_change.h"
 #include "ticket.h"
 
 /* The machine a console request is about: {"machine": NAME} in the body,
@@ -38,6 +39,9 @@ enum hres api_console_ticket(struct req *r)
 	const struct session_vm *vm = pick_machine(r, s);
 	if (!vm)
 		return H_DONE;
+	/* a console ticket is activity (issue #28) */
+	if (session_touch(x, s->id) < 0)
+		return api_db_error(r);
 	char *t = ticket_make(c->ticket_key, c->ticket_key_len, s->id, s->user, vm->name,
 	                      util_epoch_s() + c->ticket_ttl_s);
 	if (!t) {

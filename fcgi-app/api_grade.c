@@ -17,6 +17,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "session.h"
+#include "session_change.h"
 
 #define GRADE_OUTPUT_MAX 8192
 #define GRADE_TRUNCATED  "\n[output truncated]"
@@ -127,6 +128,10 @@ enum hres api_session_grade(struct req *r)
 	int got = session_lease_take(x, s->id, LEASE_GRADE, (deadline + 10) * 1000L);
 	if (got < 0)
 		return api_db_error(r);
+	/* a grade is activity (issue #28), a refused one too: the student is there */
+	if (session_touch(x, s->id) < 0)
+		log_warn("session %s: recording the grade as activity failed: %s", s->id,
+		         x->db.msg);
 	if (got == 0) {
 		cJSON *e = error_json(E_GRADE_RUNNING,
 		                      "a grade of this lab is still running: wait for its result");

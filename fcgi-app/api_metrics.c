@@ -333,6 +333,26 @@ enum hres api_metrics(struct req *r)
 	                "labvm_session_disk_fallbacks_total", "counter",
 	                "Starts by golden-disk fallback reason (none: no fallback).", "reason",
 	                NULL) < 0 ||
+	    /* issue #28: why sessions ended (idle among the reasons), and the
+	     * seat-seconds idle ends gave back (each machine's seat, from the
+	     * idle end to the expiry it would otherwise have held on to) */
+	    gauge_query(r, &b,
+	                "SELECT end_reason, count(*) FROM sessions WHERE environment = $1 AND "
+	                "end_reason IS NOT NULL GROUP BY 1 ORDER BY 1",
+	                "labvm_sessions_ended_total", "counter",
+	                "Sessions ended or failed, by end reason (user, expired, idle, failed, "
+	                "operator, orphaned, ...).",
+	                "reason", NULL) < 0 ||
+	    gauge_query(r, &b,
+	                "SELECT runtime, round(coalesce(sum(greatest(0, extract(epoch FROM "
+	                "expires_at - ended_at)) * (SELECT count(*) FROM session_vms v "
+	                "WHERE v.session_id = s.id)), 0)::numeric, 3) FROM sessions s "
+	                "WHERE environment = $1 AND end_reason = 'idle' AND ended_at IS NOT NULL "
+	                "GROUP BY 1 ORDER BY 1",
+	                "labvm_idle_reclaimed_seat_seconds_total", "counter",
+	                "Seat-seconds idle ends gave back to the line: per machine, from the "
+	                "idle end to the expiry the session would have held its seat until.",
+	                "runtime", NULL) < 0 ||
 	    stage_histograms(r, &b) < 0 || counters(r, &b) < 0) {
 		buf_free(&b);
 		return api_db_error(r);

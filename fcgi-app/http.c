@@ -42,6 +42,8 @@ static const struct {
     [E_NEVER_FITS] = {"never_fits", 409},
     [E_NO_GUIDE] = {"no_guide", 404},
     [E_TOO_MANY_STREAMS] = {"too_many_streams", 429},
+    [E_NO_EXTENSIONS_LEFT] = {"no_extensions_left", 409},
+    [E_LINE_WAITING] = {"line_waiting", 409},
 };
 
 static const char *status_text(int s)

@@ -44,6 +44,8 @@ enum api_err {
 	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 	E_NO_GUIDE,               /* 404 no_guide (a lesson without a guide) */
 	E_TOO_MANY_STREAMS,       /* 429 too_many_streams (stream_max_per_user open) */
+	E_NO_EXTENSIONS_LEFT,     /* 409 no_extensions_left (issue #28) */
+	E_LINE_WAITING,           /* 409 line_waiting (no extension while the line waits) */
 };
 
 struct req {

@@ -222,6 +222,23 @@ int main(int argc, char **argv)
 		         "start",
 		         l->id, nm, rt->name, rt->capacity(&cfg));
 	}
+	/* an idle end the warning would announce before anyone could be idle */
+	for (size_t i = 0; i < lessons.n; i++) {
+		const struct lesson *l = &lessons.v[i];
+		int idle = lab_idle_s(&cfg, l);
+		if (idle <= 0 || idle > cfg.idle_warning_s)
+			continue;
+		if (check_only) {
+			log_err(
+			    "lessons: lesson \"%s\": its idle end (%d s without activity) is not "
+			    "longer than idle_warning_s (%d s): the warning would come at once",
+			    l->id, idle, cfg.idle_warning_s);
+			return 1;
+		}
+		log_warn("lesson \"%s\": idle end %d s, idle_warning_s %d s: the warning comes at "
+		         "once",
+		         l->id, idle, cfg.idle_warning_s);
+	}
 	/* the reaper spares young unknown objects for orphan_grace_s: at least
 	 * the longest start of the largest lesson (refused by --check, which the
 	 * service runs first; a warning at start; the reaper itself uses that

@@ -11,7 +11,7 @@
  *      inherited a DataVolume's labels): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
- *   3. advance every active session: expired ones end (VM and Secret deleted),
+ *   3. advance every active session: expired and idle ones end (VM and Secret deleted),
  *      stuck starts fail at their deadlines, exactly as the API would
  *   4. active sessions whose machine vanished from the cluster (a VM, a Pod)
  *      or ended by itself (a ready Pod that died: its runtime's ended()) fail
@@ -48,7 +48,7 @@
 #include "session_change.h"
 
 struct counts {
-	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
+	int expired, idle, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
 	    kept_young, errors;
 	int orphan_pods;
 };
@@ -79,11 +79,9 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	const struct {
 		const char *what;
 		int n;
-	} del[] = {{"expired", k->expired},
-	           {"failed_stuck", k->failed_stuck},
-	           {"vanished", k->vanished},
-	           {"orphan_vm", k->orphan_vms},
-	           {"orphan_secret", k->orphan_secrets},
+	} del[] = {{"expired", k->expired},           {"idle", k->idle},
+	           {"failed_stuck", k->failed_stuck}, {"vanished", k->vanished},
+	           {"orphan_vm", k->orphan_vms},      {"orphan_secret", k->orphan_secrets},
 	           {"orphan_pod", k->orphan_pods}};
 	char lab[64];
 	db_rollback(&x->db);
@@ -235,6 +233,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		if (d.what == DUE_EXPIRE) {
 			printf("would end session %s (%s, %s): expired\n", s.id, s.user, s.lesson);
 			k->expired++;
+		} else if (d.what == DUE_IDLE) {
+			printf("would end session %s (%s, %s): idle\n", s.id, s.user, s.lesson);
+			k->idle++;
 		} else if ((d.what == DUE_RUNNING || d.what == DUE_READY) && d.overdue) {
 			printf("would fail session %s (%s, %s): past its %s deadline\n", s.id,
 			       s.user, s.lesson, d.what == DUE_READY ? "ready" : "running");
@@ -249,6 +250,8 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 	} else if (!session_active(&s)) {
 		if (s.end_reason && strcmp(s.end_reason, "expired") == 0)
 			k->expired++;
+		else if (s.end_reason && strcmp(s.end_reason, "idle") == 0)
+			k->idle++;
 		else if (before != s.state)
 			k->failed_stuck++;
 		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson,
@@ -524,14 +527,15 @@ int main(int argc, char **argv)
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
-	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
+	       "idle=%d failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d "
+	       "orphan_networks=%d "
 	       "orphan_pods=%d kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d "
 	       "pool_stale=%d pool_surplus=%d pool_vanished=%d errors=%d status=%s "
 	       "duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
-	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.orphan_pods, k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale,
-	       pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
+	       k.idle, k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets,
+	       k.orphan_networks, k.orphan_pods, k.kept_young, pk.created, pk.became_ready,
+	       pk.failed, pk.stale, pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
 	       (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);

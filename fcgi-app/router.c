@@ -8,6 +8,7 @@
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
+#include "pump.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -39,6 +40,10 @@ static const struct route routes[] = {
      QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/grade", api_session_grade, OWN_SESSION | NEED_JSON | NEED_READY,
      "nothing to grade", QUEUED_NOT_READY},
+    {"POST", "/api/sessions/*/activity", api_session_activity, OWN_SESSION | NEED_JSON | NEED_READY,
+     "nothing to keep open", QUEUED_NOT_READY},
+    {"POST", "/api/sessions/*/extend", api_session_extend, OWN_SESSION | NEED_JSON | NEED_READY,
+     "nothing to extend", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
      OWN_SESSION | NEED_JSON | NEED_READY, "no console yet", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/tty-size", api_tty_size,
@@ -87,10 +92,14 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		return -1;
 	}
 	r->sess = s;
+	int was_active = session_active(s);
 	if ((n & (NEED_ADVANCED | NEED_READY)) && session_advance(r->x, s) < 0) {
 		*h = api_db_error(r);
 		return -1;
 	}
+	/* it ended here (expired, idle): its seat goes to the head of the line */
+	if (was_active && !session_active(s) && s->state == SESSION_ENDED)
+		queue_pump(r->x);
 	if ((n & NEED_READY) &&
 	    (s->state != SESSION_READY || !s->nvms || ((n & NEED_AGENT) && !s->vms[0].ip))) {
 		resp_error(r, E_NOT_READY, "the lab is %s, not ready: %s",

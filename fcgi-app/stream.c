@@ -38,6 +38,11 @@ struct watcher {
 	int driven; /* counted in its session's job */
 	char *user; /* its per-user slot (stream_slots, sql/011) */
 	int slot;
+	/* ?until=end (issue #28): the stream goes on through ready, with the
+	 * warnings, until the session ends or fails */
+	int through;
+	double warn_next;   /* epoch s: look at the session's warning then (0: not yet known) */
+	double warned_ends; /* the ends_at of the last warning written */
 };
 
 static const struct cfg *cfg;
@@ -127,15 +132,72 @@ static int catch_up(struct labctx *x, struct watcher *w)
 				return -1;
 			}
 			w->last = ev[i].seq;
-			if (ev[i].s.state != SESSION_STARTING) {
+			if (w->through ? !session_active(&ev[i].s)
+			               : ev[i].s.state != SESSION_STARTING) {
 				session_events_free(ev, n);
 				return 1;
 			}
+			if (w->through && ev[i].s.state == SESSION_READY)
+				w->warn_next = util_epoch_s(); /* look now, with the row as it is */
 		}
 		session_events_free(ev, n);
 		if (n < CATCHUP_LIMIT)
 			return 0;
 	}
+}
+
+/* A stream that goes on through ready (?until=end): at the moments the
+ * session's warning may change, look at the row; write `event: warning`
+ * when a warning (a new ends_at) begins; end the session when it is due
+ * (idle, expired: session_due, the same rule as every request and the
+ * reaper), whose event then ends the stream. 0 go on, -1 close it. */
+static int warn_look(struct labctx *x, struct watcher *w, double now)
+{
+	if (!w->through || w->warn_next <= 0 || now < w->warn_next)
+		return 0;
+	struct session s;
+	int rc = session_load(x, w->id, &s);
+	if (rc == SESSION_DBERR) {
+		w->warn_next = now + RECONNECT_S;
+		return 0;
+	}
+	if (rc == SESSION_NONE) {
+		return -1;
+	}
+	w->warn_next = 0;
+	struct session_due d = session_due(&s, s.t_now);
+	if (d.what == DUE_IDLE || d.what == DUE_EXPIRE) {
+		/* its state change notifies every stream of it, this one too */
+		if (session_advance(x, &s) < 0)
+			w->warn_next = now + RECONNECT_S;
+		session_free(&s);
+		return 0;
+	}
+	struct session_warning wn = session_warning(&s, s.t_now);
+	if (wn.kind != WARN_NONE && wn.ends_at != w->warned_ends) {
+		cJSON *o = jx_obj();
+		jx_add_str(o, "kind", session_warning_kind_str(wn.kind));
+		jx_add_str(o, "ends_at", wn.kind == WARN_IDLE ? s.idle_ends_at : s.expires_at);
+		jx_add_num(o, "remaining_s", (double)(long)(wn.ends_at - s.t_now + 0.999));
+		char *json = jx_print(o);
+		char *t = xasprintf("event: warning\ndata: %s\n\n", json);
+		cJSON_free(json);
+		cJSON_Delete(o);
+		int bad = put(w, t, strlen(t));
+		free(t);
+		if (bad) {
+			session_free(&s);
+			return -1;
+		}
+		w->warned_ends = wn.ends_at;
+	}
+	if (s.state == SESSION_READY) {
+		double next = session_warning_next(&s, s.t_now);
+		/* the database's clock to ours (they are one host's in practice) */
+		w->warn_next = next > 0 ? now + (next - s.t_now) : 0;
+	}
+	session_free(&s);
+	return 0;
 }
 
 static void catch_up_where(struct labctx *x, const char *id)
@@ -308,6 +370,15 @@ static void *stream_main(void *arg)
 				}
 			}
 		}
+		/* warnings and due ends of the streams that go on through ready */
+		double epoch = util_epoch_s();
+		for (size_t i = 0; i < nws;) {
+			if (warn_look(&x, &ws[i], epoch) < 0) {
+				watcher_close(i);
+				continue;
+			}
+			i++;
+		}
 		/* keepalive comments */
 		double now = util_mono_s();
 		for (size_t i = 0; i < nws;) {
@@ -417,9 +488,11 @@ int stream_slot_release(struct db *d, const char *user, int slot)
 }
 
 void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
-                  const char *user, int slot)
+                  const char *user, int slot, int through)
 {
-	struct watcher w = {fr, fr->ipcFd, {0}, last, util_mono_s(), starting, xstrdup(user), slot};
+	struct watcher w = {fr,       fr->ipcFd,     {0},  last,    util_mono_s(),
+	                    starting, xstrdup(user), slot, through, through ? util_epoch_s() : 0,
+	                    0};
 	struct timeval tv = {SEND_TIMEOUT_S, 0};
 	snprintf(w.id, sizeof w.id, "%s", session_id);
 	setsockopt(fr->ipcFd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

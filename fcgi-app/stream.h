@@ -46,9 +46,13 @@ int stream_slot_release(struct db *d, const char *user, int slot);
 /* Take over fr (headers and the first events already written; its stdin
  * read to the end): from now on only the stream thread uses and finishes
  * it, and gives back the user's slot when it ends. `last` is the id of the
- * last event written. */
+ * last event written. through (?until=end, issue #28): the stream goes
+ * on past ready until the session ends or fails, and carries
+ * `event: warning` {"kind": "idle"|"expiry", "ends_at", "remaining_s"} once
+ * per warning, idle_warning_s before an idle end or an expiry; it also ends
+ * the session when session_due() says it is due (idle, expired). */
 void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
-                  const char *user, int slot);
+                  const char *user, int slot, int through);
 
 /* One event as the stream carries it: "id: SEQ\ndata: JSON\n\n" (malloc'd). */
 char *stream_event_text(long long seq, const struct session *s);

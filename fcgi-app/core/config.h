@@ -64,6 +64,11 @@ struct cfg {
 	 * secondary network, which spans the nodes; no affinity) */
 	char *session_network;
 	int session_net_ovn; /* session_network is "ovn-layer2" (set by cfg_load) */
+	/* issue #28: a ready session nobody uses ends after idle_minutes (a
+	 * lesson's own idle_minutes wins; 0 = never), and the student is warned
+	 * idle_warning_s before an idle end or an expiry */
+	int idle_minutes;
+	int idle_warning_s;
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load(); lab_pod marks
 	 * the lab Pods labvm creates (only they carry it: see manifest.h) */

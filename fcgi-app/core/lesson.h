@@ -82,7 +82,14 @@ struct lesson {
 	char *machine;
 	struct lesson *machines;
 	size_t nmachines;
-	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	int warm; /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	/* issue #28, in seconds: "idle_minutes" (-1 absent: the configured
+	 * default; 0 never), "extend_minutes" (default 15) and "max_extensions"
+	 * (default 2). Minutes may have a fraction (0.5 = 30 s): time-scaled
+	 * tests and benchmarks use that. */
+	int idle_s;
+	int extend_s;
+	int max_extensions;
 	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
 	struct lesson_guide guide, guide_ja; /* the lesson's own (not a machine's) */
 	/* "teachers": REMOTE_USERs who teach this lesson (besides labvm.conf

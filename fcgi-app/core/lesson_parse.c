@@ -19,10 +19,12 @@
 /* ------------------------------------------------------------ the key tables */
 
 enum key_type {
-	KEY_STR,  /* a string (char *): NULL, or def, when absent */
-	KEY_INT,  /* an integer (int) in min..max: idef when absent */
-	KEY_ENUM, /* a string naming an enum value (stored as int): idef when absent */
-	KEY_OWN,  /* an object or array: read by `read`, or (read NULL) by the code named */
+	KEY_STR,     /* a string (char *): NULL, or def, when absent */
+	KEY_INT,     /* an integer (int) in min..max: idef when absent */
+	KEY_ENUM,    /* a string naming an enum value (stored as int): idef when absent */
+	KEY_OWN,     /* an object or array: read by `read`, or (read NULL) by the code named */
+	KEY_MINUTES, /* minutes, a fraction allowed, stored as whole seconds (int; at least 1
+	              * when above 0): idef seconds when absent, 0..max minutes */
 };
 
 /* flags */
@@ -108,6 +110,10 @@ static const struct lesson_key lesson_keys[] = {
     {"ready_timeout_s", KEY_INT, L(ready_timeout_s), .idef = 300, .min = 1, .max = 86400},
     {"grade_timeout_s", KEY_INT, L(grade_timeout_s), .idef = 0, .min = 1, .max = 3600},
     {"warm", KEY_INT, L(warm), .idef = 0, .min = 0, .max = 1000},
+    /* issue #28: idle ending (-1 absent: the configured idle_minutes) and extensions */
+    {"idle_minutes", KEY_MINUTES, L(idle_s), .idef = -1, .max = 24 * 60},
+    {"extend_minutes", KEY_MINUTES, L(extend_s), .idef = 15 * 60, .max = 24 * 60},
+    {"max_extensions", KEY_INT, L(max_extensions), .idef = 2, .min = 0, .max = 100},
     {"disk", KEY_ENUM, L(disk), KEY_MACHINE, .idef = DISK_CONTAINERDISK, .parse = lesson_disk_parse,
      .must = "\"golden\", \"containerdisk\" or \"datavolume\""},
     {"files", KEY_OWN, .flags = KEY_MACHINE, .read = read_files},
@@ -235,6 +241,22 @@ static int read_key(const cJSON *o, const struct lesson_key *k, void *dst, int e
 			return -1;
 		}
 		*(int *)(void *)slot = v;
+		return 0;
+	}
+	case KEY_MINUTES: {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k->name);
+		int *dst_s = (int *)(void *)slot;
+		if (!v || cJSON_IsNull(v)) {
+			*dst_s = k->idef;
+			return 0;
+		}
+		if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= k->max)) {
+			snprintf(err, errlen, "\"%s\" must be a number of minutes in 0..%d",
+			         k->name, k->max);
+			return -1;
+		}
+		double sec = v->valuedouble * 60.0;
+		*dst_s = sec > 0 && sec < 1 ? 1 : (int)(sec + 0.5);
 		return 0;
 	}
 	case KEY_OWN:
@@ -383,6 +405,13 @@ static int parse_obj(const cJSON *o, struct lesson *l, int each_machine, char *e
 	}
 	if (l->warm && l->runtime != RUNTIME_VM) {
 		snprintf(err, errlen, "\"warm\" is for VM lessons (runtime \"vm\")");
+		goto fail;
+	}
+	if (l->max_extensions > 0 && l->extend_s == 0) {
+		snprintf(err, errlen,
+		         "\"extend_minutes\" is 0 but \"max_extensions\" is %d: an extension "
+		         "would add nothing (set max_extensions to 0 for none)",
+		         l->max_extensions);
 		goto fail;
 	}
 	if (l->disk == DISK_GOLDEN && (!l->golden_pvc || !util_dns_label_ok(l->golden_pvc))) {

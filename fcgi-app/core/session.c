@@ -18,7 +18,9 @@
 	"labvm_ts(running_at), labvm_ts(ready_at), labvm_ts(ended_at), labvm_ts(expires_at), "     \
 	"end_reason, error, last_grade::text, labvm_ts(graded_at), running_timeout_s, "            \
 	"ready_timeout_s, extract(epoch from submitted_at), extract(epoch from running_at), "      \
-	"extract(epoch from expires_at), extract(epoch from clock_timestamp()), network"
+	"extract(epoch from expires_at), extract(epoch from clock_timestamp()), network, "         \
+	"labvm_ts(last_activity_at), extract(epoch from last_activity_at), idle_s, extend_s, "     \
+	"extensions_left, labvm_ts(last_activity_at + make_interval(secs => idle_s))"
 
 static const char *const state_names[] = {
     [SESSION_STARTING] = "starting",
@@ -151,9 +153,16 @@ static int parse_row(struct labctx *x, const PGresult *r, int row, struct sessio
 	s->t_expires = num(r, row, 23);
 	s->t_now = num(r, row, 24);
 	s->network = dup_or_null(r, row, 25);
-	int bad = parse_vms(db_val(r, row, 26), s) < 0;
-	s->pool_vm = dup_or_null(r, row, 27);
-	s->watchers = dup_or_null(r, row, 28);
+	s->last_activity_at = dup_or_null(r, row, 26);
+	s->t_activity = num(r, row, 27);
+	s->idle_s = (int)num(r, row, 28);
+	s->extend_s = (int)num(r, row, 29);
+	s->extensions_left = (int)num(r, row, 30);
+	s->idle_ends_at = dup_or_null(r, row, 31);
+	s->warn_s = x->cfg ? x->cfg->idle_warning_s : 0;
+	int bad = parse_vms(db_val(r, row, 32), s) < 0;
+	s->pool_vm = dup_or_null(r, row, 33);
+	s->watchers = dup_or_null(r, row, 34);
 	int unknown = runtime < 0 || state < 0 || stage < 0;
 	if (bad || unknown) {
 		snprintf(x->db.msg, sizeof x->db.msg, "database: malformed %s",
@@ -217,7 +226,7 @@ int session_events_load(struct labctx *x, const char *id, long long after, int l
 			*n = 0;
 			return -1;
 		}
-		e->seq = strtoll(PQgetvalue(r, i, 29), NULL, 10);
+		e->seq = strtoll(PQgetvalue(r, i, 35), NULL, 10);
 		(*n)++;
 	}
 	PQclear(r);
@@ -286,7 +295,8 @@ void session_free(struct session *s)
 	               s->created_at,  s->submitted_at, s->running_at,
 	               s->ready_at,    s->ended_at,     s->expires_at,
 	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at,   s->pool_vm,      s->watchers};
+	               s->graded_at,   s->pool_vm,      s->watchers,
+	               s->last_activity_at, s->idle_ends_at};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {
@@ -365,12 +375,30 @@ cJSON *session_json(const struct session *s)
 	if (session_active(s) && s->t_expires > s->t_now)
 		jx_add_num(o, "remaining_s", (double)(long)(s->t_expires - s->t_now));
 	/* who has a teacher's console open on it now (sql/013 console_watchers) */
-	cJSON *w = s->watchers ? cJSON_Parse(s->watchers) : NULL;
-	if (!cJSON_IsArray(w)) {
-		cJSON_Delete(w);
-		w = jx_arr();
+	cJSON *wl = s->watchers ? cJSON_Parse(s->watchers) : NULL;
+	if (!cJSON_IsArray(wl)) {
+		cJSON_Delete(wl);
+		wl = jx_arr();
 	}
-	jx_put(o, "watchers", w);
+	jx_put(o, "watchers", wl);
+	/* issue #28: idleness and extensions; a polling client sees the warning
+	 * the event stream sends */
+	jx_add_str(o, "last_activity_at", s->last_activity_at);
+	jx_add_str(o, "idle_ends_at", session_idle_ends(s) > 0 ? s->idle_ends_at : NULL);
+	jx_add_num(o, "extensions_left", session_active(s) ? s->extensions_left : 0);
+	jx_add_num(o, "extend_minutes", s->extend_s / 60.0);
+	/* how long before an end the warning comes (idle_warning_s): a polling
+	 * page knows when to look again */
+	jx_add_num(o, "warning_s", s->warn_s);
+	struct session_warning w = session_warning(s, s->t_now);
+	if (w.kind != WARN_NONE) {
+		cJSON *wj = jx_add_obj(o, "warning");
+		jx_add_str(wj, "kind", session_warning_kind_str(w.kind));
+		jx_add_str(wj, "ends_at", w.kind == WARN_IDLE ? s->idle_ends_at : s->expires_at);
+		jx_add_num(wj, "remaining_s", (double)(long)(w.ends_at - s->t_now + 0.999));
+	} else {
+		jx_add_null(o, "warning");
+	}
 	cJSON *g = s->last_grade ? cJSON_Parse(s->last_grade) : NULL;
 	if (g) {
 		jx_add_str(g, "graded_at", s->graded_at);

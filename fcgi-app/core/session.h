@@ -75,6 +75,14 @@ struct session {
 	struct session_vm *vms;
 	size_t nvms;
 	char *network; /* the session's NetworkAttachmentDefinition, NULL when none */
+	/* issue #28 (sql/012): the last activity (NULL before ready), the idle
+	 * end's seconds (0 = never), what an extension adds and how many are
+	 * left; idle_ends_at is last_activity_at + idle_s as text (meaningful
+	 * only where session_idle_ends() > 0); warn_s is the configured
+	 * idle_warning_s (set by the load) */
+	char *last_activity_at, *idle_ends_at;
+	double t_activity;
+	int idle_s, extend_s, extensions_left, warn_s;
 };
 
 /* The VM of machine `name` (NULL or "": the first); NULL when none. */
@@ -118,6 +126,11 @@ int session_stage_parse(const char *v);
  *
  *   ready and now >= expires_at             -> DUE_EXPIRE (end it, "expired");
  *        minutes count from ready: a starting session has its start deadlines
+ *   ready, idle ending on (idle_s > 0) and now >= last_activity_at + idle_s
+ *                                           -> DUE_IDLE (end it, "idle"); when
+ *        both have passed, the earlier deadline names the end (a tie: expired).
+ *        Only a ready session is ever idle: starting ones have their start
+ *        deadlines, and warm pool VMs are no sessions
  *   starting without a VM                   -> DUE_NO_VM  (fail it)
  *   starting, not Running yet               -> DUE_RUNNING: ask the cluster;
  *        overdue when now > submitted_at + running_timeout_s
@@ -127,13 +140,34 @@ int session_stage_parse(const char *v);
  *
  * An overdue stage still gets its last look: a VM that is Running at the
  * deadline is not failed. The runtime (vm, pod) does not change the rules. */
-enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY };
+enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY, DUE_IDLE };
 struct session_due {
 	enum session_due_what what;
 	int overdue;     /* DUE_RUNNING / DUE_READY: the deadline has passed */
 	double deadline; /* epoch seconds of that deadline, 0 when none */
 };
 struct session_due session_due(const struct session *s, double now);
+
+/* When a ready session ends for idleness (epoch seconds: last activity +
+ * idle_s), or 0: idle ending is off, or the session is not ready. */
+double session_idle_ends(const struct session *s);
+
+/* What the student is warned of at `now` (pure, like session_due): the
+ * next of the idle end and the expiry, once it is warn_s away or closer.
+ * When the idle end would come after the expiry, the expiry is the
+ * warning. */
+enum session_warning_kind { WARN_NONE, WARN_IDLE, WARN_EXPIRY };
+struct session_warning {
+	enum session_warning_kind kind;
+	double ends_at; /* epoch seconds, 0 with WARN_NONE */
+	double from;    /* when this warning began (ends_at - warn_s) */
+};
+struct session_warning session_warning(const struct session *s, double now);
+/* "idle" | "expiry" | "none" */
+const char *session_warning_kind_str(enum session_warning_kind k);
+/* The next moment session_warning() may change its answer by time alone
+ * (a warning starts or its deadline passes), or 0 when none is ahead. */
+double session_warning_next(const struct session *s, double now);
 
 /* Leases: at most one readiness probe, one grade and one tty-size request to
  * the agent in flight per session, across every labvm.fcgi process (a

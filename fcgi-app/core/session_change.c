@@ -26,7 +26,11 @@ int session_create(struct labctx *x, const struct lab_plan *p, const char *user,
 	snprintf(minutes, sizeof minutes, "%d", l->minutes);
 	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
 	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
-	const char *ps[14] = {p->sid,
+	char idle[16], ext[16], next[16];
+	snprintf(idle, sizeof idle, "%d", lab_idle_s(x->cfg, l));
+	snprintf(ext, sizeof ext, "%d", l->extend_s);
+	snprintf(next, sizeof next, "%d", l->max_extensions);
+	const char *ps[17] = {p->sid,
 	                      user,
 	                      l->id,
 	                      p->rt->name,
@@ -39,15 +43,20 @@ int session_create(struct labctx *x, const struct lab_plan *p, const char *user,
 	                      minutes,
 	                      p->multi ? p->network : NULL,
 	                      STARTING,
-	                      session_stage_str(STAGE_SUBMITTED)};
+	                      session_stage_str(STAGE_SUBMITTED),
+	                      idle,
+	                      ext,
+	                      next};
 	if (db_cmd(
 	        &x->db,
 	        "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, stage, "
 	        "disk_source, disk_fallback_reason, running_timeout_s, ready_timeout_s, "
-	        "created_at, expires_at, network) VALUES ($1::uuid, $2, $3, $4, $5, $13, $14, "
+	        "created_at, expires_at, network, idle_s, extend_s, extensions_left) "
+	        "VALUES ($1::uuid, $2, $3, $4, $5, $13, $14, "
 	        "$6, $7, $8::int, $9::int, to_timestamp($10::float8), "
-	        "to_timestamp($10::float8) + make_interval(mins => $11::int), $12)",
-	        14, ps) < 0)
+	        "to_timestamp($10::float8) + make_interval(mins => $11::int), $12, $15::int, "
+	        "$16::int, $17::int)",
+	        17, ps) < 0)
 		return -1;
 	for (size_t i = 0; i < p->n; i++) {
 		const struct lab_machine *v = &p->vms[i];
@@ -90,19 +99,26 @@ int session_create_claimed(struct labctx *x, const char *sid, const char *user,
 	snprintf(rto, sizeof rto, "%d", l->running_timeout_s);
 	snprintf(yto, sizeof yto, "%d", l->ready_timeout_s);
 	const char *ready = session_stage_str(STAGE_READY);
-	const char *ps[14] = {
-	    sid, user,    l->id, x->cfg->environment,          v->disk, v->fallback, rto, yto,
-	    at,  minutes, v->vm, runtime_of(l->runtime)->name, READY,   ready};
+	char idle[16], ext[16], next[16];
+	snprintf(idle, sizeof idle, "%d", lab_idle_s(x->cfg, l));
+	snprintf(ext, sizeof ext, "%d", l->extend_s);
+	snprintf(next, sizeof next, "%d", l->max_extensions);
+	const char *ps[17] = {
+	    sid, user,    l->id, x->cfg->environment,          v->disk, v->fallback, rto,  yto,
+	    at,  minutes, v->vm, runtime_of(l->runtime)->name, READY,   ready,       idle, ext,
+	    next};
 	const char *pv[8] = {sid, v->vm, v->secret, v->token, v->ip, v->disk, v->fallback, ready};
 	if (db_cmd(&x->db,
 	           "INSERT INTO sessions (id, user_name, lesson, runtime, environment, state, "
 	           "stage, disk_source, disk_fallback_reason, running_timeout_s, "
 	           "ready_timeout_s, created_at, submitted_at, running_at, ready_at, expires_at, "
-	           "pool_vm) VALUES ($1::uuid, $2, $3, $12, $4, $13, $14, $5, $6, "
+	           "pool_vm, last_activity_at, idle_s, extend_s, extensions_left) "
+	           "VALUES ($1::uuid, $2, $3, $12, $4, $13, $14, $5, $6, "
 	           "$7::int, $8::int, to_timestamp($9::float8), clock_timestamp(), "
 	           "clock_timestamp(), clock_timestamp(), "
-	           "clock_timestamp() + make_interval(mins => $10::int), $11)",
-	           14, ps) < 0 ||
+	           "clock_timestamp() + make_interval(mins => $10::int), $11, clock_timestamp(), "
+	           "$15::int, $16::int, $17::int)",
+	           17, ps) < 0 ||
 	    db_cmd(&x->db,
 	           "INSERT INTO session_vms (session_id, vm_name, secret_name, agent_token, ip, "
 	           "stage, running_at, ready_at, disk_source, disk_fallback_reason) "
@@ -193,6 +209,8 @@ int session_mark_ready(struct labctx *x, struct session *s)
 	if (db_cmd(&x->db,
 	           "UPDATE sessions SET running_at = coalesce(running_at, clock_timestamp()), "
 	           "ready_at = clock_timestamp(), state = $2, stage = $3, "
+	           /* idle time counts from ready too (a start is not idleness) */
+	           "last_activity_at = clock_timestamp(), "
 	           /* the lesson's minutes count from the moment the lab is usable */
 	           "expires_at = clock_timestamp() + (expires_at - created_at) "
 	           "WHERE id = $1::uuid AND state = $4 AND ready_at IS NULL",
@@ -332,4 +350,37 @@ int session_finish(struct labctx *x, struct session *s, enum session_state state
 		return -1;
 	PQclear(r);
 	return session_reload(x, s);
+}
+
+/* ------------------------------------------------------------ activity */
+
+int session_touch(struct labctx *x, const char *id)
+{
+	const char *p[2] = {id, READY};
+	return db_cmd(&x->db,
+	              "UPDATE sessions SET last_activity_at = clock_timestamp() "
+	              "WHERE id = $1::uuid AND state = $2",
+	              2, p) < 0
+	           ? -1
+	           : 0;
+}
+
+int session_extend(struct labctx *x, struct session *s)
+{
+	const char *p[2] = {s->id, READY};
+	PGresult *r = db_exec(&x->db,
+	                      "UPDATE sessions SET expires_at = expires_at + "
+	                      "make_interval(secs => extend_s), "
+	                      "extensions_left = extensions_left - 1, "
+	                      "last_activity_at = clock_timestamp() "
+	                      "WHERE id = $1::uuid AND state = $2 AND extensions_left > 0 "
+	                      "AND extend_s > 0 RETURNING 1",
+	                      2, p);
+	if (!r)
+		return -1;
+	int moved = PQntuples(r) > 0;
+	PQclear(r);
+	if (session_reload(x, s) < 0)
+		return -1;
+	return moved;
 }

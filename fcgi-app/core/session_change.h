@@ -96,4 +96,14 @@ int session_fail(struct labctx *x, struct session *s, const struct session_vm *v
 int session_finish(struct labctx *x, struct session *s, enum session_state state,
                    const char *end_reason, const char *error);
 
+/* Activity (issue #28: a grade, a console ticket, "I'm still here"): a
+ * ready session's last_activity_at is now, which postpones its idle end.
+ * Not a state change (no event); the loaded row is not reloaded. 0 / -1. */
+int session_touch(struct labctx *x, const char *id);
+/* POST /extend: expires_at + extend_s and one extension fewer, while the
+ * session is ready and has one left (a conditional UPDATE: two clicks use
+ * two, never more than there are); it counts as activity. Reloads s.
+ * 1 extended, 0 none left (or not ready any more), -1 database trouble. */
+int session_extend(struct labctx *x, struct session *s);
+
 #endif
