@@ -125,6 +125,14 @@ struct opts {
 	double reaction_s;    /* retry-only: 0..this after Retry-After */
 	double retry_after_s; /* retry-only: wait this instead of Retry-After (0: the server's) */
 	double place_poll_s;  /* the line: poll the place every (--poll) */
+	/* class walk-aways (issue #28): a share of the students stops working at a
+	 * random moment of their hold and never comes back (the page stays open);
+	 * with --idle-lesson the class runs in line mode twice, idle ending off
+	 * (--lesson) and on (--idle-lesson) */
+	double walkaway;   /* 0..1 */
+	char *idle_lesson; /* the same lesson with idle_minutes */
+	double
+	    activity_s; /* a working student's activity every (typing, as the bridge records it) */
 };
 
 /* opts.c: a stack's env file (--env, $LABVM_ENV_FILE or .demo/env) into the
@@ -385,6 +393,12 @@ struct student {
 	double estimate, bound;
 	char sid[40];
 	char err[200];
+	/* walk-aways (issue #28) */
+	int walks;        /* this student walks away */
+	double walk_frac; /* ... at this share of the hold */
+	double left;      /* wall: stopped working (walked away, or ended the lab) */
+	int mistake;      /* a working student's lab ended for idleness */
+	int idle_end;     /* the session ended with end_reason idle */
 };
 
 /* One mode's run of the class (class.c run_mode) */
@@ -392,6 +406,7 @@ struct crun {
 	const struct opts *o;
 	const char *lesson;
 	int line;
+	int idle;  /* -1: no walk-away pair; 0 idle ending off, 1 on */
 	double t0; /* wall: the start signal */
 	pthread_barrier_t bar;
 	/* sampler */
@@ -409,6 +424,9 @@ struct msum {
 	long inv, pairs, most;
 	int joined, estimated, bound_checked, bound_held;
 	char first_err[200];
+	/* walk-aways (issue #28) */
+	int walkaways, idle_ends, mistakes;
+	double utilisation; /* seat-seconds worked / seat-seconds available */
 };
 
 void class_summarize(const struct crun *r, struct student *st, int n, struct msum *m);

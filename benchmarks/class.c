@@ -20,7 +20,18 @@
  * the most lab VMs at once (with cluster read access); for the line, the
  * estimate's error (admission - estimate: |err| p50, p95, the signed median)
  * and how often the bound (no_later_than) held. Every session and place it
- * made is ended. */
+ * made is ended.
+ *
+ * Walk-aways (issue #28, --walkaway P): a share of the students (the same
+ * ones, at the same moments, in every mode) stop working at a random moment
+ * of their hold and never come back; their page stays open and asks as the
+ * page does. Working students show activity every --activity s (POST
+ * /activity, what typing records). With --idle-lesson the class runs in line
+ * mode twice, idle ending off (--lesson) and on (--idle-lesson); figures
+ * per mode add the seat utilisation (seat-seconds worked: admission ->
+ * stopped working, over seats x first press -> the last working student's
+ * end), the idle ends, and the working students ended by mistake (must be
+ * 0: the run fails otherwise). */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -246,6 +257,105 @@ static void press_until_admitted(struct student *s, struct bapi *a)
 	cJSON_Delete(body);
 }
 
+/* The session's state and end reason now (GET), and the session JSON (*out,
+ * the caller's) when 200. */
+static const char *look(struct bapi *a, const char *sid, cJSON **out)
+{
+	char *p = xasprintf("/api/sessions/%s", sid);
+	*out = NULL;
+	long code = bapi_call(a, "GET", p, NULL, out);
+	free(p);
+	return code == 200 ? kj_str(*out, "state") : NULL;
+}
+
+static int active_state(const char *st)
+{
+	return st && (strcmp(st, "starting") == 0 || strcmp(st, "ready") == 0);
+}
+
+/* A walk-away's page, still open: it asks as web/lab.js does, every 20 s,
+ * at the moment a warning is due (warning_s before the next of idle_ends_at
+ * and expires_at), every 3 s while the banner shows, and at the end, until
+ * the session ends (idle or expired). */
+static void open_page(struct student *s, struct bapi *a)
+{
+	double give_up = wall_s() + s->r->o->timeout_s;
+	while (!bench_stop && wall_s() < give_up) {
+		cJSON *g;
+		const char *st = look(a, s->sid, &g);
+		if (st && !active_state(st)) {
+			const char *why = kj_str(g, "end_reason");
+			s->idle_end = why && strcmp(why, "idle") == 0;
+			cJSON_Delete(g);
+			return;
+		}
+		double now = wall_s(), next = now + 20;
+		const cJSON *w = kj_get(g, "warning");
+		if (cJSON_IsObject(w)) {
+			double ends = bench_parse_time(kj_str(w, "ends_at"));
+			next = fmin(now + 3, isfinite(ends) ? ends + 0.5 : now + 3);
+		} else if (g) {
+			double ie = bench_parse_time(kj_str(g, "idle_ends_at"));
+			double ex = bench_parse_time(kj_str(g, "expires_at"));
+			double end =
+			    fmin(isfinite(ie) ? ie : INFINITY, isfinite(ex) ? ex : INFINITY);
+			const cJSON *ws = kj_get(g, "warning_s");
+			double warn = cJSON_IsNumber(ws) ? ws->valuedouble : 0;
+			if (isfinite(end))
+				next = fmin(next, fmax(now + 0.2, end - warn));
+		}
+		cJSON_Delete(g);
+		bench_sleep(fmax(0.2, next - wall_s()));
+	}
+}
+
+/* The lab, admitted: a working student works (activity every --activity s)
+ * for the hold, then ends it; a walk-away stops at walk_frac of the hold and
+ * leaves the page open. */
+static void work(struct student *s, struct bapi *a)
+{
+	const struct opts *o = s->r->o;
+	double until = s->seen + s->hold;
+	double stop = s->walks ? s->seen + s->walk_frac * s->hold : until;
+	char *path = xasprintf("/api/sessions/%s/activity", s->sid);
+	cJSON *empty = jx_obj();
+	int lost = 0;
+	while (!bench_stop && wall_s() < stop) {
+		if (bench_sleep(fmin(o->activity_s, fmax(0, stop - wall_s()))))
+			break;
+		if (wall_s() >= stop)
+			break;
+		cJSON *ans = NULL;
+		long code = bapi_call(a, "POST", path, empty, &ans);
+		cJSON_Delete(ans);
+		if (code == 409) {
+			/* not ready yet (starting), or ended under a working student */
+			cJSON *g;
+			const char *st = look(a, s->sid, &g);
+			if (st && !active_state(st)) {
+				const char *why = kj_str(g, "end_reason");
+				s->idle_end = why && strcmp(why, "idle") == 0;
+				s->mistake = s->idle_end;
+				lost = 1;
+			}
+			cJSON_Delete(g);
+			if (lost)
+				break;
+		}
+	}
+	cJSON_Delete(empty);
+	free(path);
+	s->left = wall_s();
+	if (lost)
+		return;
+	if (s->walks) {
+		open_page(s, a);
+		end_path(a, s->sid); /* what the run leaves: nothing */
+		return;
+	}
+	end_path(a, s->sid);
+}
+
 static void *student_thread(void *arg)
 {
 	struct student *s = arg;
@@ -262,10 +372,8 @@ static void *student_thread(void *arg)
 	}
 	if (!bench_sleep(s->r->t0 + s->offset - wall_s()))
 		press_until_admitted(s, &a);
-	if (isfinite(s->admitted)) {
-		bench_sleep(s->hold);
-		end_path(&a, s->sid);
-	}
+	if (isfinite(s->admitted))
+		work(s, &a);
 	bapi_cleanup(&a);
 	return NULL;
 }
@@ -295,7 +403,7 @@ static void *sampler(void *arg)
 
 /* ------------------------------------------------------------- one run */
 
-static int run_mode(struct opts *o, const char *lesson, const struct hold *h, int line,
+static int run_mode(struct opts *o, const char *lesson, const struct hold *h, int line, int idle,
                     struct msum *m, cJSON *modes)
 {
 	int n = o->students;
@@ -309,8 +417,12 @@ static int run_mode(struct opts *o, const char *lesson, const struct hold *h, in
 	r.o = o;
 	r.lesson = lesson;
 	r.line = line;
-	m->mode = line ? "line" : "retry";
-	m->shown = line ? "the line" : "retry-only";
+	r.idle = idle;
+	m->mode = idle == 1 ? "idle-on" : idle == 0 ? "idle-off" : line ? "line" : "retry";
+	m->shown = idle == 1   ? "idle ending on"
+	           : idle == 0 ? "idle ending off"
+	           : line      ? "the line"
+	                       : "retry-only";
 	pthread_barrier_init(&r.bar, NULL, (unsigned)n + 1);
 	for (int i = 0; i < n; i++) {
 		struct student *s = &st[i];
@@ -320,6 +432,10 @@ static int run_mode(struct opts *o, const char *lesson, const struct hold *h, in
 		bench_user(o, i, s->user);
 		s->offset = rng_unit(&x) * o->spread_s;
 		s->hold = hold_draw(h, &x);
+		/* the same students walk away, at the same moments, in every mode */
+		s->walks = rng_unit(&x) < o->walkaway;
+		s->walk_frac = rng_unit(&x);
+		s->left = NAN;
 		s->rng = x ^ 0x5eedULL;
 		s->pressed = s->admitted = s->seen = s->estimate = s->bound = NAN;
 		if (pthread_create(&th[i], NULL, student_thread, s) != 0) {
@@ -371,7 +487,12 @@ int cmd_class(struct opts *o)
 	}
 	if (hold_parse(o->hold, &h) < 0)
 		return 2;
-	if (strcmp(o->mode, "both") == 0) {
+	int idle_pair = o->idle_lesson != NULL;
+	if (idle_pair) {
+		/* the same class in line mode, idle ending off then on */
+		modes[nm++] = 1;
+		modes[nm++] = 1;
+	} else if (strcmp(o->mode, "both") == 0) {
 		modes[nm++] = 0;
 		modes[nm++] = 1;
 	} else if (strcmp(o->mode, "retry") == 0) {
@@ -394,6 +515,13 @@ int cmd_class(struct opts *o)
 	printf("labvm-bench class: %d students press Start (%s) within %g s, each keeps the lab "
 	       "%s, seed %d, against %s\n",
 	       o->students, lesson, o->spread_s, hs, o->seed, o->url);
+	if (o->walkaway > 0 || idle_pair)
+		printf(
+		    "walk-aways: %.0f%% of the students stop at a random moment of their hold and "
+		    "never come back (the page stays open); working students' activity every %g "
+		    "s%s%s\n",
+		    o->walkaway * 100, o->activity_s, idle_pair ? "; idle ending on: " : "",
+		    idle_pair ? o->idle_lesson : "");
 	if (o->capacity)
 		printf("seats: %d (expected)\n", o->capacity);
 	printf("retry-only: wait %s + 0-%g s, press again; the line: the place polled every %g s\n",
@@ -431,8 +559,25 @@ int cmd_class(struct opts *o)
 	struct msum m[2];
 	memset(m, 0, sizeof m);
 	for (int k = 0; k < nm && !bench_stop; k++)
-		if (run_mode(o, lesson, &h, modes[k], &m[k], jm) < 0)
+		if (run_mode(o, idle_pair && k == 1 ? o->idle_lesson : lesson, &h, modes[k],
+		             idle_pair ? k : -1, &m[k], jm) < 0)
 			rc = 1;
+	if (idle_pair && !bench_stop && isfinite(m[0].wait_p95) && m[0].wait_p95 > 0)
+		printf(
+		    "\nidle ending on: line wait p95 %.1f s vs %.1f s off (%.0f%% lower; target: "
+		    "at least 40%% lower); working students ended by mistake: %d (must be 0)\n",
+		    m[1].wait_p95, m[0].wait_p95, 100.0 * (1 - m[1].wait_p95 / m[0].wait_p95),
+		    m[1].mistakes);
+	if (idle_pair) {
+		jx_add_str(root, "idle_lesson", o->idle_lesson);
+		bench_jnum(root, "walkaway", o->walkaway, 3);
+		bench_jnum(root, "activity_s", o->activity_s, 2);
+		if (isfinite(m[0].wait_p95) && m[0].wait_p95 > 0)
+			bench_jnum(root, "wait_p95_reduction_pct",
+			           100.0 * (1 - m[1].wait_p95 / m[0].wait_p95), 1);
+		if (m[1].mistakes)
+			rc = 1;
+	}
 	if (!bench_stop)
 		class_print_table(m, nm, o);
 	printf("\nwait = press -> admission (the session's created_at); out-of-order = pairs where "

@@ -44,6 +44,24 @@ void class_summarize(const struct crun *r, struct student *st, int n, struct msu
 			m->inv += y->admitted < s->admitted;
 		}
 	}
+	/* seats x (first press -> the last working student's end): the
+	 * seat-seconds a class had; worked: admission -> stopped working */
+	double first = INFINITY, last = -INFINITY, worked = 0;
+	for (int i = 0; i < n; i++) {
+		struct student *s = &st[i];
+		m->walkaways += s->walks;
+		m->idle_ends += s->idle_end;
+		m->mistakes += s->mistake;
+		if (isfinite(s->pressed))
+			first = fmin(first, s->pressed);
+		if (!isfinite(s->admitted) || !isfinite(s->left))
+			continue;
+		worked += fmax(0, s->left - s->admitted);
+		if (!s->walks)
+			last = fmax(last, s->left);
+	}
+	int seats = r->o->capacity ? r->o->capacity : 8;
+	m->utilisation = last > first ? worked / (seats * (last - first)) : NAN;
 	struct stats ss;
 	if (w.n)
 		qsort(w.v, w.n, sizeof *w.v, stats_cmp_double);
@@ -88,6 +106,10 @@ cJSON *class_mode_json(const struct msum *m, const struct student *st, int n, do
 	bench_jnum(es, "p95", m->err_p95, 2);
 	jx_put(e, "estimate_abs_error_s", es);
 	bench_jnum(e, "estimate_signed_error_median_s", m->signed_med, 2);
+	jx_add_num(e, "walkaways", m->walkaways);
+	jx_add_num(e, "idle_ends", m->idle_ends);
+	jx_add_num(e, "working_students_ended_by_mistake", m->mistakes);
+	bench_jnum(e, "seat_utilisation", m->utilisation, 3);
 	jx_add_num(e, "bound_checked", m->bound_checked);
 	jx_add_num(e, "bound_held", m->bound_held);
 	cJSON *arr = jx_add_arr(e, "students_detail");
@@ -105,6 +127,9 @@ cJSON *class_mode_json(const struct msum *m, const struct student *st, int n, do
 			jx_add_num(x, "position", (double)s->position);
 		bench_jnum(x, "estimate_error_s", s->admitted - s->estimate, 3);
 		bench_jnum(x, "bound_minus_admission_s", s->bound - s->admitted, 3);
+		jx_add_bool(x, "walks_away", s->walks);
+		bench_jnum(x, "worked_s", s->left - s->admitted, 3);
+		jx_add_bool(x, "ended_idle", s->idle_end);
 		jx_add_str(x, "error", s->err[0] ? s->err : NULL);
 		jx_push(arr, x);
 	}
@@ -158,5 +183,9 @@ void class_print_table(const struct msum *m, int nm, const struct opts *o)
 	ROW("estimate error, signed median (s)", cell_num(c[k], m[k].signed_med, 1, 1));
 	ROW("bound held (admitted <= no_later_than)",
 	    snprintf(c[k], 32, "%d of %d", m[k].bound_held, m[k].bound_checked));
+	ROW("walk-aways (stop, never come back)", snprintf(c[k], 32, "%d", m[k].walkaways));
+	ROW("sessions ended idle", snprintf(c[k], 32, "%d", m[k].idle_ends));
+	ROW("working students ended by mistake", snprintf(c[k], 32, "%d", m[k].mistakes));
+	ROW("seat utilisation (worked / available)", cell_num(c[k], m[k].utilisation, 3, 0));
 #undef ROW
 }

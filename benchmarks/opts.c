@@ -163,6 +163,12 @@ static const struct optdef OPTS[] = {
      "retry-only: a student presses again 0..S after Retry-After [3]"},
     {"retry-after", T_NUM, F(retry_after_s), NULL, "0", 0, 3600, CMD_CLASS, "S",
      "retry-only: wait this instead of the answer's Retry-After [0: Retry-After]"},
+    {"walkaway", T_NUM, F(walkaway), NULL, "0", 0, 1, CMD_CLASS, "P",
+     "share of students who stop working at a random moment and never come back [0]"},
+    {"idle-lesson", T_STR, F(idle_lesson), NULL, NULL, 0, 0, CMD_CLASS, "ID",
+     "the class in line mode with idle ending off (--lesson) and on (this lesson)"},
+    {"activity", T_NUM, F(activity_s), NULL, "3", 0.2, 600, CMD_CLASS, "S",
+     "a working student's activity every S s (POST /activity, as typing records it) [3]"},
     {"help", T_HELP, 0, NULL, NULL, 0, 0, ALL, NULL, "this text"},
 };
 #define NOPTS (sizeof OPTS / sizeof OPTS[0])

@@ -110,6 +110,7 @@ struct bridge_stats {
 	uint64_t upstream_connects; /* upstream connections attempted */
 	uint64_t upstream_failures;
 	uint64_t bytes_down, bytes_up;
+	uint64_t view_dropped; /* input bytes of view-only (teacher) connections, dropped */
 };
 
 /* The context: one, owned by main.c; the other files read it and keep their

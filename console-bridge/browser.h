@@ -38,7 +38,10 @@ struct bconn {
 	int64_t t_state; /* monotonic ms when the state was entered */
 	int64_t t_high;  /* monotonic ms since out is above BS_DOWN_HIGH */
 	char sid[37];
-	char user[256];
+	char user[256];  /* the ticket's user: the owner, or a teacher */
+	char owner[256]; /* the session's owner, as the database said */
+	int role;        /* enum ticket_role: a teacher's view / control ticket */
+	int watching;    /* a console_watchers row is (being) written for it */
 	char vm[64];
 	int pod; /* the session runs in a Pod (the database says): its exec stream */
 	char peer[64];

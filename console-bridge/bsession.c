@@ -8,6 +8,7 @@
 #include "control.h"
 #include "dbworker.h"
 #include "log.h"
+#include "ticket.h"
 #include "util.h"
 
 #define conn_of(d) lws_container_of(d, struct bconn, in_sess)
@@ -44,7 +45,7 @@ static struct bsession *bs_new(const struct bconn *c)
 	if (!s)
 		return NULL;
 	memcpy(s->sid, c->sid, sizeof s->sid);
-	memcpy(s->user, c->user, sizeof s->user);
+	memcpy(s->user, c->owner, sizeof s->user);
 	memcpy(s->vm, c->vm, sizeof s->vm);
 	/* the one place that picks the upstream kind */
 	s->pod = c->pod;
@@ -100,7 +101,7 @@ int bs_attach(struct bconn *c)
 {
 	struct bsession *s = bs_find(c->sid, c->vm);
 
-	if (s && (strcmp(s->user, c->user) || s->pod != c->pod)) {
+	if (s && (strcmp(s->user, c->owner) || s->pod != c->pod)) {
 		/* checked against the database just now; a stale session object
 		 * (a VM of that name now in another user's or runtime's session)
 		 * gives way to the new facts */
@@ -152,6 +153,10 @@ int bs_attach(struct bconn *c)
 void bs_detach(struct bconn *c)
 {
 	struct bsession *s = c->sess;
+	if (c->watching) {
+		c->watching = 0;
+		db_watch(0, c->id, c->sid, c->vm, c->user, NULL);
+	}
 	if (!s)
 		return;
 	lws_dll2_remove(&c->in_sess);
@@ -305,6 +310,12 @@ void bs_browser_drained(struct bconn *c)
 void bs_browser_input(struct bconn *c, const void *p, size_t n)
 {
 	struct bsession *s = c->sess;
+	if (c->role == TICKET_VIEW) {
+		/* a teacher watching: every input byte is dropped here, before
+		 * anything reaches the console */
+		B->st.view_dropped += n;
+		return;
+	}
 	if (!s || s->dead || !s->up)
 		return;
 	if (s->up_ops->write(s->up, p, n) < 0) {
@@ -313,6 +324,15 @@ void bs_browser_input(struct bconn *c, const void *p, size_t n)
 	}
 	s->bytes_up += n;
 	B->st.bytes_up += n;
+	int64_t now = util_mono_ms();
+	if (n && (!s->t_activity || now - s->t_activity >= BS_ACTIVITY_MS)) {
+		/* the session's other consoles (its other machines) count as recorded too */
+		for (struct lws_dll2 *d = lws_dll2_get_head(&B->sessions); d; d = d->next)
+			if (strcmp(sess_of(d)->sid, s->sid) == 0)
+				sess_of(d)->t_activity = now;
+		if (db_activity(s->sid) < 0)
+			s->t_activity = 0; /* out of memory: the next byte tries again */
+	}
 	if (s->up_ops->queued(s->up) > BS_UP_HIGH)
 		bc_rx(c, 0); /* from its next writeable, see upstream.h */
 }
@@ -321,6 +341,8 @@ void bs_browser_control(struct bconn *c, const void *p, size_t n)
 {
 	struct bsession *s = c->sess;
 	int cols, rows;
+	if (c->role == TICKET_VIEW)
+		return; /* a watcher does not resize the student's terminal */
 	if (!s || s->dead || !s->up || !s->up_ops->resize)
 		return; /* a serial console has no window size */
 	/* the last tab to say its size sets it (tabs share one terminal) */

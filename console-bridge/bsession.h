@@ -33,7 +33,13 @@ struct bsession {
 	int woke;               /* sent the wake-up CR on first open */
 	int dead;               /* closed; freed when the upstream is gone */
 	uint64_t bytes_down, bytes_up;
+	int64_t t_activity; /* monotonic ms: input last recorded as the session's activity */
 };
+
+/* Typed input is the session's activity (issue #28): recorded in the
+ * database (last_activity_at, through the db worker) at most once per
+ * BS_ACTIVITY_MS per session, whichever of its consoles it came through. */
+#define BS_ACTIVITY_MS 3000
 
 /* Attach a checked browser connection to its session (creating it and opening
  * the upstream when needed). 0, or -1 (the connection was closed with a reason). */

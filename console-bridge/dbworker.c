@@ -36,6 +36,8 @@ struct db_req {
 	char nonce[33]; /* DB_CHECK: the ticket's nonce */
 	int64_t exp;    /* DB_CHECK: the ticket's expiry (epoch s) */
 	char *sids;     /* DB_RECHECK: a uuid[] literal "{...}" */
+	char user[256]; /* DB_WATCH_ON */
+	char mode[8];   /* DB_WATCH_ON */
 };
 
 static struct {
@@ -48,6 +50,7 @@ static struct {
 	atomic_int stop;
 	char *conninfo;
 	char *environment;
+	char *bridge_id; /* console_watchers.bridge: this bridge's console_listen */
 	struct lws_context *ctx;
 	/* worker-only */
 	PGconn *pg;
@@ -93,6 +96,21 @@ int db_check(uint64_t conn_id, const char *sid, const char *vm, const char *nonc
 	return submit(r);
 }
 
+int db_watch(int on, uint64_t conn_id, const char *sid, const char *vm, const char *user,
+             const char *mode)
+{
+	struct db_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return -1;
+	r->kind = on ? DB_WATCH_ON : DB_WATCH_OFF;
+	r->conn_id = conn_id;
+	snprintf(r->sid, sizeof r->sid, "%s", sid);
+	snprintf(r->vm, sizeof r->vm, "%s", vm);
+	snprintf(r->user, sizeof r->user, "%s", user ? user : "");
+	snprintf(r->mode, sizeof r->mode, "%s", mode ? mode : "view");
+	return submit(r);
+}
+
 int db_recheck(char (*sids)[37], size_t n)
 {
 	if (!n)
@@ -119,6 +137,16 @@ int db_recheck(char (*sids)[37], size_t n)
 	}
 	*p++ = '}';
 	*p = '\0';
+	return submit(r);
+}
+
+int db_activity(const char *sid)
+{
+	struct db_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return -1;
+	r->kind = DB_ACTIVITY;
+	snprintf(r->sid, sizeof r->sid, "%s", sid);
 	return submit(r);
 }
 
@@ -199,6 +227,15 @@ static int pg_session_setup(void)
 	    pg_command("SET application_name = 'labvm-console'") < 0 ||
 	    pg_command("LISTEN " DB_CHANNEL) < 0)
 		return -1;
+	/* this bridge's watchers of before (a crash, a lost connection): its
+	 * connections of now are written again below as they attach */
+	const char *p[1] = {W.bridge_id};
+	PGresult *res = PQexecParams(W.pg, "DELETE FROM console_watchers WHERE bridge = $1", 1,
+	                             NULL, p, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		log_warn("database: clearing this bridge's watchers: %s",
+		         PQresultErrorMessage(res));
+	PQclear(res);
 	return 0;
 }
 
@@ -254,7 +291,11 @@ static void run_check(struct db_req *q)
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!pg_ok())
 			break;
-		/* the nonce is recorded whatever the session: single use holds across
+		/* the sessions of this environment, and labvm-doctor's canaries
+		 * (environment "<env>-doctor", fcgi-app/doctor/canary.c): the
+		 * doctor opens their consoles through this very bridge, with a
+		 * ticket of the same key (README "Before the class").
+		 * The nonce is recorded whatever the session: single use holds across
 		 * bridges and restarts; the last column says whether this was the
 		 * first use (a session that is gone answers no row anyway) */
 		res = PQexecParams(
@@ -265,7 +306,7 @@ static void run_check(struct db_req *q)
 		    "SELECT s.user_name, s.state, v.vm_name, s.runtime, "
 		    "(SELECT count(*) FROM used) FROM sessions s "
 		    "JOIN session_vms v ON v.session_id = s.id "
-		    "WHERE s.id = $1 AND s.environment = $2",
+		    "WHERE s.id = $1 AND s.environment IN ($2, $2 || '-doctor')",
 		    4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			break;
@@ -307,6 +348,30 @@ static void run_check(struct db_req *q)
 	}
 }
 
+/* A watcher's row written or deleted; lost with the database (the bridge
+ * clears its rows when it is back). */
+static void run_watch(struct db_req *q)
+{
+	char id[24];
+	snprintf(id, sizeof id, "%llu", (unsigned long long)q->conn_id);
+	const char *pon[6] = {W.bridge_id, id, q->sid, q->vm, q->user, q->mode};
+	PGresult *res =
+	    q->kind == DB_WATCH_ON
+	        ? PQexecParams(W.pg,
+	                       "INSERT INTO console_watchers (bridge, conn_id, session_id, "
+	                       "vm_name, user_name, mode) SELECT $1, $2::bigint, id, $4, $5, $6 "
+	                       "FROM sessions WHERE id = $3::uuid ON CONFLICT DO NOTHING",
+	                       6, NULL, pon, NULL, NULL, 0)
+	        : PQexecParams(W.pg,
+	                       "DELETE FROM console_watchers WHERE bridge = $1 AND "
+	                       "conn_id = $2::bigint",
+	                       2, NULL, pon, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		log_warn("session %s: console watcher %s: %s", q->sid,
+		         q->kind == DB_WATCH_ON ? "on" : "off", PQresultErrorMessage(res));
+	PQclear(res);
+}
+
 static void run_recheck(struct db_req *q)
 {
 	const char *params[2] = {q->sids, W.environment};
@@ -317,7 +382,8 @@ static void run_recheck(struct db_req *q)
 			return; /* database down: keep the open consoles */
 		res = PQexecParams(W.pg,
 		                   "SELECT q.id::text FROM unnest($1::uuid[]) AS q(id) "
-		                   "LEFT JOIN sessions s ON s.id = q.id AND s.environment = $2 "
+		                   "LEFT JOIN sessions s ON s.id = q.id "
+		                   "AND s.environment IN ($2, $2 || '-doctor') "
 		                   "WHERE s.state IS DISTINCT FROM 'ready'",
 		                   2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
@@ -333,6 +399,28 @@ static void run_recheck(struct db_req *q)
 	for (int i = 0; i < PQntuples(res); i++)
 		post_simple(DB_ENDED, DB_OK, 0, PQgetvalue(res, i, 0));
 	PQclear(res);
+}
+
+static void run_activity(struct db_req *q)
+{
+	const char *params[2] = {q->sid, W.environment};
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!pg_ok())
+			return;
+		PGresult *res =
+		    PQexecParams(W.pg,
+		                 "UPDATE sessions SET last_activity_at = clock_timestamp() "
+		                 "WHERE id = $1::uuid AND environment = $2 AND "
+		                 "state = 'ready'",
+		                 2, NULL, params, NULL, NULL, 0);
+		int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+		if (!ok)
+			log_warn("session %s: recording activity: %s", q->sid,
+			         PQresultErrorMessage(res));
+		PQclear(res);
+		if (ok || !pg_recover())
+			return;
+	}
 }
 
 static void drain_notifies(void)
@@ -373,6 +461,10 @@ static void *worker(void *arg)
 					post_simple(DB_CHECK, DB_UNAVAILABLE, q->conn_id, q->sid);
 			} else if (q->kind == DB_RECHECK) {
 				run_recheck(q);
+			} else if ((q->kind == DB_WATCH_ON || q->kind == DB_WATCH_OFF) && pg_ok()) {
+				run_watch(q);
+			} else if (q->kind == DB_ACTIVITY) {
+				run_activity(q);
 			}
 			free(q->sids);
 			free(q);
@@ -410,13 +502,15 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int db_start(const char *conninfo, const char *environment, struct lws_context *ctx)
+int db_start(const char *conninfo, const char *environment, const char *bridge_id,
+             struct lws_context *ctx)
 {
 	W.conninfo = strdup(conninfo);
 	W.environment = strdup(environment);
+	W.bridge_id = strdup(bridge_id);
 	W.ctx = ctx;
 	W.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!W.conninfo || !W.environment || W.wake_fd < 0)
+	if (!W.conninfo || !W.environment || !W.bridge_id || W.wake_fd < 0)
 		return -1;
 	if (pthread_create(&W.thread, NULL, worker, NULL) != 0)
 		return -1;
@@ -449,5 +543,6 @@ void db_stop(void)
 		explicit_bzero(W.conninfo, strlen(W.conninfo));
 	free(W.conninfo);
 	free(W.environment);
-	W.conninfo = W.environment = NULL;
+	free(W.bridge_id);
+	W.conninfo = W.environment = W.bridge_id = NULL;
 }

@@ -16,6 +16,7 @@
 #include "dbworker.h"
 #include "log.h"
 #include "server.h"
+#include "ticket.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -83,6 +84,17 @@ static void tick(lws_sorted_usec_list_t *sul)
 	lws_sul_schedule(B->ctx, 0, &tick_sul, tick, (B->stopping ? 100 : 1000) * LWS_US_PER_MS);
 }
 
+/* The database (re)connected and cleared this bridge's watchers: the
+ * teachers' consoles open now are written again. */
+static void rewatch(void)
+{
+	for (struct lws_dll2 *d = lws_dll2_get_head(&B->conns); d; d = d->next) {
+		struct bconn *c = lws_container_of(d, struct bconn, all);
+		if (c->watching)
+			db_watch(1, c->id, c->sid, c->vm, c->user, ticket_role_str(c->role));
+	}
+}
+
 static void db_answers(void)
 {
 	struct db_result *r = db_results(), *next;
@@ -102,10 +114,15 @@ static void db_answers(void)
 				               : "unreachable: "
 				                 "refusing new consoles, keeping open ones");
 			B->db_up = r->up;
-			if (r->up)
+			if (r->up) {
 				last_recheck = 0; /* re-check the open sessions now */
+				rewatch();
+			}
 			break;
 		case DB_RECHECK:
+		case DB_WATCH_ON:
+		case DB_WATCH_OFF:
+		case DB_ACTIVITY: /* no answer */
 			break;
 		}
 		free(r);
@@ -266,7 +283,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (db_start(B->cfg.database, B->cfg.environment, B->ctx) < 0) {
+	if (db_start(B->cfg.database, B->cfg.environment, B->cfg.console_listen, B->ctx) < 0) {
 		log_err("cannot start the database worker: %s", strerror(errno));
 		goto out;
 	}

@@ -193,6 +193,7 @@ static void browser_established(struct lws *wsi, struct bconn *c)
 	}
 	memcpy(c->user, t.user, sizeof c->user);
 	memcpy(c->vm, t.vm, sizeof c->vm);
+	c->role = (int)t.role;
 	char nonce[sizeof t.nonce];
 	memcpy(nonce, t.nonce, sizeof nonce);
 	int64_t exp = t.exp;
@@ -230,10 +231,14 @@ void server_check_answer(const struct db_result *r)
 	case DB_OK:
 		break;
 	}
-	if (strcmp(r->user, c->user) != 0) {
+	/* an owner's ticket is the owner's; a teacher's (role view or control,
+	 * signed by labvm.fcgi after it checked that its user teaches the
+	 * session's lesson) is its teacher's, whoever owns the session */
+	if (c->role == TICKET_OWNER && strcmp(r->user, c->user) != 0) {
 		bc_close(c, BS_CLOSE_FORBIDDEN, "ticket not for this user", 0);
 		return;
 	}
+	snprintf(c->owner, sizeof c->owner, "%s", r->user);
 	if (r->state == SESSION_STARTING) {
 		bc_close(c, BS_CLOSE_NOT_READY, "session not ready yet", 0);
 		return;
@@ -248,7 +253,12 @@ void server_check_answer(const struct db_result *r)
 	c->pod = strcmp(r->runtime, "pod") == 0;
 	lws_rx_flow_control(c->wsi, 1);
 	c->rx_paused = 0;
-	bs_attach(c);
+	if (bs_attach(c) == 0 && c->role != TICKET_OWNER) {
+		/* the student's page says who watches, in which mode (sql/013) */
+		c->watching = 1;
+		if (db_watch(1, c->id, c->sid, c->vm, c->user, ticket_role_str(c->role)) < 0)
+			c->watching = 0;
+	}
 }
 
 void server_tick(int64_t now)
@@ -315,6 +325,7 @@ static char *stats_json(void)
 	    !cJSON_AddNumberToObject(o, "upstream_failures", (double)B->st.upstream_failures) ||
 	    !cJSON_AddNumberToObject(o, "bytes_down", (double)B->st.bytes_down) ||
 	    !cJSON_AddNumberToObject(o, "bytes_up", (double)B->st.bytes_up) ||
+	    !cJSON_AddNumberToObject(o, "view_dropped", (double)B->st.view_dropped) ||
 	    !cJSON_AddNumberToObject(o, "nonces", (double)nnonces) ||
 	    !cJSON_AddBoolToObject(o, "database", B->db_up) ||
 	    !(ref = cJSON_AddObjectToObject(o, "refused")) ||

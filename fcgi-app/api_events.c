@@ -12,6 +12,11 @@
  * (another session's id, or made up) counts as its newest: the stream still
  * gets the final event, whatever id it was opened with.
  *
+ * With ?until=end (issue #28) the stream goes on through ready: it carries
+ * `event: warning` ({"kind": "idle"|"expiry", "ends_at", "remaining_s"})
+ * idle_warning_s before an idle end or an expiry, and ends after the event
+ * whose state is failed or ended (stream.h stream_adopt).
+ *
  * Each user has stream_max_per_user streams at most, in all processes
  * together (stream_slot_take): one more is 429 too_many_streams with
  * Retry-After, and the page polls instead. */
@@ -63,9 +68,25 @@ static void write_head(struct req *r, int status)
 		FCGX_PutS("retry: 2000\n\n", r->fr->out);
 }
 
+/* ?until=end: through ready to the end (issue #28) */
+static int until_end(struct req *r)
+{
+	const char *q = FCGX_GetParam("QUERY_STRING", r->fr->envp);
+	for (const char *p = q; p && *p;) {
+		size_t n = strcspn(p, "&");
+		if (n == 9 && strncmp(p, "until=end", 9) == 0)
+			return 1;
+		p += n;
+		if (*p == '&')
+			p++;
+	}
+	return 0;
+}
+
 enum hres api_session_events(struct req *r)
 {
 	long long after, last = 0;
+	int through = until_end(r);
 	struct session_event *ev = NULL, now_ev;
 	size_t n = 0;
 
@@ -83,6 +104,8 @@ enum hres api_session_events(struct req *r)
 	 * end committed in between left such a stream open for good, waiting for
 	 * an event that had come already) */
 	int starting = r->sess->state == SESSION_STARTING;
+	/* ?until=end: open while active, as of that newest event too */
+	int open = through ? session_active(r->sess) : starting;
 	if (after >= 0) {
 		int final;
 		long long newest = session_last_event(r->x, r->sess->id, &final);
@@ -92,6 +115,17 @@ enum hres api_session_events(struct req *r)
 			after = newest; /* nothing of this session is after it: from now on */
 			if (final >= 0)
 				starting = !final;
+			if (through && final == 1) {
+				/* ready, failed or ended: which one, read after that event */
+				struct session cur;
+				int rc = session_load(r->x, r->sess->id, &cur);
+				if (rc == SESSION_DBERR)
+					return api_db_error(r);
+				open = rc == SESSION_FOUND && session_active(&cur);
+				session_free(&cur);
+			} else if (!through) {
+				open = starting;
+			}
 		}
 		if (session_events_load(r->x, r->sess->id, after, 100, &ev, &n) < 0)
 			return api_db_error(r);
@@ -120,7 +154,7 @@ enum hres api_session_events(struct req *r)
 	/* stdin to its end: after it, anything readable is the client going away */
 	while (FCGX_GetChar(r->fr->in) != EOF)
 		;
-	if (n == 0 && !starting) {
+	if (n == 0 && !open) {
 		/* nothing after the final event */
 		write_head(r, 204);
 		session_events_free(ev, n);
@@ -149,7 +183,7 @@ enum hres api_session_events(struct req *r)
 		FCGX_PutS(t, r->fr->out);
 		free(t);
 		last = ev[i].seq;
-		final = ev[i].s.state != SESSION_STARTING;
+		final = through ? !session_active(&ev[i].s) : ev[i].s.state != SESSION_STARTING;
 	}
 	session_events_free(ev, n);
 	if (final || (n == 100 && after >= 0) || FCGX_FFlush(r->fr->out) != 0 ||
@@ -159,7 +193,7 @@ enum hres api_session_events(struct req *r)
 		stream_slot_release(&r->x->db, r->user, slot);
 		return H_DONE;
 	}
-	stream_adopt(r->fr, r->sess->id, last, starting, r->user, slot);
+	stream_adopt(r->fr, r->sess->id, last, starting, r->user, slot, through);
 	r->adopted = 1;
 	return H_DONE;
 }

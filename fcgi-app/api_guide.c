@@ -53,7 +53,7 @@ static int tag_is(const char *p, const char *etag, size_t *used)
 	return 0;
 }
 
-static int none_match(const char *inm, const char *etag)
+int api_none_match(const char *inm, const char *etag)
 {
 	for (const char *p = inm; p && *p;) {
 		size_t used = 0;
@@ -87,7 +87,7 @@ enum hres api_lesson_guide(struct req *r)
 		resp_error(r, E_NO_GUIDE, "lesson %s has no guide", l->id);
 		return H_DONE;
 	}
-	if (none_match(FCGX_GetParam("HTTP_IF_NONE_MATCH", r->fr->envp), g->etag)) {
+	if (api_none_match(FCGX_GetParam("HTTP_IF_NONE_MATCH", r->fr->envp), g->etag)) {
 		resp_json_cached(r, 304, NULL, GUIDE_CACHE, g->etag);
 		return H_DONE;
 	}

@@ -1,6 +1,7 @@
 /* api_metrics.c - GET /api/metrics: the Prometheus text exposition format
- * (0.0.4), for operators only (REMOTE_USER listed in `operators`; the front
- * end authenticates, as for every /api/ route; others get 403).
+ * (0.0.4), for operators only (REMOTE_USER listed in `operators`: the route's
+ * NEED_OPERATOR; the front end authenticates, as for every /api/ route;
+ * others get 403).
  *
  * Correct behind a load balancer with many labvm.fcgi processes on many
  * hosts: nothing is process-local. At scrape time it derives from PostgreSQL
@@ -15,12 +16,14 @@
 
 #include <unistd.h>
 
+#include "admission.h"
 #include "api.h"
 #include "httpc.h"
 #include "jsonx.h"
-#include "kube.h"
 #include "log.h"
 #include "metrics.h"
+#include "provision.h"
+#include "queue.h"
 
 /* stage durations from the button press (seconds) */
 static const double stage_buckets[] = {1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600};
@@ -48,31 +51,6 @@ static const struct family {
     {"labvm_db_query_errors_total", "counter", "PostgreSQL statements that failed, by verb."},
 };
 #define NFAM (sizeof families / sizeof families[0])
-
-int api_is_operator(const struct cfg *c, const char *user)
-{
-	const char *p = c->operators;
-	size_t n = user ? strlen(user) : 0;
-	if (!n || !p)
-		return 0;
-	while (*p) {
-		while (*p == ',' || *p == ' ' || *p == '\t')
-			p++;
-		size_t w = strcspn(p, ", \t");
-		if (w == n && strncmp(p, user, n) == 0)
-			return 1;
-		p += w;
-	}
-	return 0;
-}
-
-int api_refuse_non_operator(struct req *r)
-{
-	if (api_is_operator(r->x->cfg, r->user))
-		return 0;
-	resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
-	return 1;
-}
 
 static void family_head(struct buf *b, const char *name, const char *type, const char *help)
 {
@@ -212,15 +190,15 @@ static int counters(struct req *r, struct buf *b)
 	return 0;
 }
 
+/* The VM seats, counted and decided as admission does. */
 static void capacity(struct req *r, struct buf *b)
 {
 	struct labctx *x = r->x;
-	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
-	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
-	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
-	int ok = code == 200 && cJSON_IsArray(items);
+	const struct runtime_ops *rt = &runtime_vm;
+	struct admission_facts f;
+	long in_use = 0;
+	admission_facts_init(&f, ADM_VIEW, 1, rt->capacity(x->cfg));
+	int ok = lab_count(x, rt, &in_use) == 200;
 	family_head(b, "labvm_cluster_up", "gauge",
 	            "1 when the cluster answered this scrape's list of lab VMs.");
 	buf_printf(b, "labvm_cluster_up %d\n", ok);
@@ -228,13 +206,22 @@ static void capacity(struct req *r, struct buf *b)
 		family_head(b, "labvm_vm_capacity_in_use", "gauge",
 		            "Lab VMs in the namespace now (every environment, terminating ones "
 		            "included), as admission counts them.");
-		buf_printf(b, "labvm_vm_capacity_in_use %d\n", cJSON_GetArraySize(items));
+		buf_printf(b, "labvm_vm_capacity_in_use %ld\n", in_use);
+		f.in_use = in_use;
+		f.line_ahead = queue_seats_ahead(x, rt->name, NULL);
+		struct admission a = admission_decide(&f);
+		if (f.line_ahead >= 0) {
+			family_head(
+			    b, "labvm_vm_capacity_free", "gauge",
+			    "VM seats a one-machine start could take now (the limit less the "
+			    "VMs in use and the seats the waiting line holds), as admission "
+			    "decides.");
+			buf_printf(b, "labvm_vm_capacity_free %ld\n",
+			           a.verdict == ADM_ADMIT ? f.seats - a.short_by : 0);
+		}
 	}
 	family_head(b, "labvm_vm_capacity_limit", "gauge", "vm_capacity of labvm.conf.");
 	buf_printf(b, "labvm_vm_capacity_limit %d\n", x->cfg->vm_capacity);
-	cJSON_Delete(list);
-	free(sel);
-	free(path);
 }
 
 /* This host's console bridge (GET /console-stats on console_listen, a
@@ -319,10 +306,6 @@ enum hres api_metrics(struct req *r)
 	struct buf b = {0};
 	double t0 = util_mono_s();
 
-	if (!api_is_operator(x->cfg, r->user)) {
-		resp_error(r, E_FORBIDDEN, "the metrics are for operators (labvm.conf operators)");
-		return H_DONE;
-	}
 	/* this process's latest calls too, not only what its flusher wrote */
 	metrics_flush(&x->db, x->cfg->environment);
 	if (gauge_query(r, &b,
@@ -350,6 +333,26 @@ enum hres api_metrics(struct req *r)
 	                "labvm_session_disk_fallbacks_total", "counter",
 	                "Starts by golden-disk fallback reason (none: no fallback).", "reason",
 	                NULL) < 0 ||
+	    /* issue #28: why sessions ended (idle among the reasons), and the
+	     * seat-seconds idle ends gave back (each machine's seat, from the
+	     * idle end to the expiry it would otherwise have held on to) */
+	    gauge_query(r, &b,
+	                "SELECT end_reason, count(*) FROM sessions WHERE environment = $1 AND "
+	                "end_reason IS NOT NULL GROUP BY 1 ORDER BY 1",
+	                "labvm_sessions_ended_total", "counter",
+	                "Sessions ended or failed, by end reason (user, expired, idle, failed, "
+	                "operator, orphaned, ...).",
+	                "reason", NULL) < 0 ||
+	    gauge_query(r, &b,
+	                "SELECT runtime, round(coalesce(sum(greatest(0, extract(epoch FROM "
+	                "expires_at - ended_at)) * (SELECT count(*) FROM session_vms v "
+	                "WHERE v.session_id = s.id)), 0)::numeric, 3) FROM sessions s "
+	                "WHERE environment = $1 AND end_reason = 'idle' AND ended_at IS NOT NULL "
+	                "GROUP BY 1 ORDER BY 1",
+	                "labvm_idle_reclaimed_seat_seconds_total", "counter",
+	                "Seat-seconds idle ends gave back to the line: per machine, from the "
+	                "idle end to the expiry the session would have held its seat until.",
+	                "runtime", NULL) < 0 ||
 	    stage_histograms(r, &b) < 0 || counters(r, &b) < 0) {
 		buf_free(&b);
 		return api_db_error(r);

@@ -5,15 +5,7 @@
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
-#include "session.h"
-
-enum hres api_db_error(struct req *r)
-{
-	if (r->x->db.broken)
-		return H_DB_LOST;
-	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
-	return H_DONE;
-}
+#include "runtime.h"
 
 enum hres api_lessons(struct req *r)
 {
@@ -35,7 +27,7 @@ enum hres api_lessons(struct req *r)
 			if (l->description_ja)
 				jx_add_str(ja, "description", l->description_ja);
 		}
-		if (l->runtime == RUNTIME_VM)
+		if (runtime_of(l->runtime)->has_disk)
 			jx_add_str(e, "disk", lesson_disk_str(l->disk));
 		jx_add_num(e, "grader_steps", (double)l->nsteps);
 		/* GET /api/lessons/{id}/guide answers (its English guide, at least) */

@@ -1,7 +1,10 @@
 /* api_operator.c - the operator page's API (web/operator.html), for the
- * REMOTE_USERs listed in `operators` (labvm.conf); everyone else gets 403.
+ * REMOTE_USERs listed in `operators` (labvm.conf; the routes' NEED_OPERATOR);
+ * everyone else gets 403.
  *
- *   GET  /api/operator/overview[?n=N]   today's sessions, capacity, the
+ *   GET  /api/operator/overview[?n=N]   today's sessions, the VM capacity
+ *        (limit, in use, queued: seats the waiting line holds, free: seats a
+ *        one-machine start could take now, as admission decides), the
  *        readiness of the last N starts (default 50, at most 1000), recent
  *        failures with their stage and error, the warm pool (pool.h:
  *        warm requests, per lesson target/starting/ready/claimed/failed)
@@ -12,12 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "api.h"
 #include "jsonx.h"
-#include "kube.h"
 #include "log.h"
 #include "pool.h"
-#include "session.h"
+#include "provision.h"
+#include "queue.h"
+#include "session_change.h"
 
 static int query_n(struct req *r)
 {
@@ -46,8 +51,6 @@ enum hres api_operator_overview(struct req *r)
 {
 	struct labctx *x = r->x;
 	char nbuf[16];
-	if (api_refuse_non_operator(r))
-		return H_DONE;
 	int n = query_n(r);
 	snprintf(nbuf, sizeof nbuf, "%d", n);
 	const char *p1[1] = {x->cfg->environment}, *p2[2] = {x->cfg->environment, nbuf};
@@ -132,21 +135,30 @@ enum hres api_operator_overview(struct req *r)
 	PQclear(last);
 	PQclear(fails);
 
-	/* capacity, counted as admission counts it */
-	char *path = kube_path("virtualmachines", x->cfg->namespace_, NULL);
-	char *sel = xasprintf("%s=true", x->cfg->label.lab_session);
-	cJSON *list = NULL;
-	long code = kube_list(&x->kube, path, sel, &list);
-	const cJSON *items = kj_get(list, "items");
+	/* the VM seats, counted and decided as admission does: in use, held by
+	 * the waiting line, and free for a one-machine press now */
+	const struct runtime_ops *rt = &runtime_vm;
+	struct admission_facts f;
+	long in_use = 0;
+	admission_facts_init(&f, ADM_VIEW, 1, rt->capacity(x->cfg));
+	f.in_use = lab_count(x, rt, &in_use) == 200 ? in_use : ADM_COUNT_FAILED;
+	f.line_ahead = queue_seats_ahead(x, rt->name, NULL);
+	struct admission v = admission_decide(&f);
 	cJSON *cap = jx_add_obj(o, "capacity");
-	jx_add_num(cap, "limit", x->cfg->vm_capacity);
-	if (code == 200 && cJSON_IsArray(items))
-		jx_add_num(cap, "in_use", cJSON_GetArraySize(items));
+	jx_add_num(cap, "limit", (double)f.capacity);
+	if (f.in_use >= 0)
+		jx_add_num(cap, "in_use", (double)f.in_use);
 	else
 		jx_add_null(cap, "in_use");
-	cJSON_Delete(list);
-	free(sel);
-	free(path);
+	if (f.line_ahead >= 0)
+		jx_add_num(cap, "queued", (double)f.line_ahead);
+	else
+		jx_add_null(cap, "queued");
+	if (f.in_use >= 0 && f.line_ahead >= 0)
+		jx_add_num(cap, "free",
+		           v.verdict == ADM_ADMIT ? (double)(f.seats - v.short_by) : 0);
+	else
+		jx_add_null(cap, "free");
 
 	cJSON *wp = pool_status_json(x);
 	if (!wp)
@@ -160,8 +172,6 @@ enum hres api_operator_overview(struct req *r)
 enum hres api_operator_end(struct req *r)
 {
 	struct session s;
-	if (api_refuse_non_operator(r))
-		return H_DONE;
 	int rc = session_load(r->x, r->param, &s);
 	if (rc == SESSION_DBERR)
 		return api_db_error(r);

@@ -5,8 +5,8 @@
  *                                    lesson for a class -> 201 {"id", ...}
  *   DELETE /api/operator/pool/{id}   cancel a warm request (its VMs go at the next tick)
  *
- * Operators only (labvm.conf `operators`, api_is_operator(); 403 forbidden
- * for anyone else), like the operator page's API (api_operator.c). */
+ * Operators only (labvm.conf `operators`: the routes' NEED_OPERATOR, 403
+ * forbidden for anyone else), like the operator page's API (api_operator.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +19,6 @@
 enum hres api_pool_get(struct req *r)
 {
 	struct pool_counts k = {0};
-	if (api_refuse_non_operator(r))
-		return H_DONE;
 	/* an operator watching the pool keeps it moving (not waiting for a tick
 	 * that runs elsewhere) */
 	pool_tick_try(r->x, NULL, &k);
@@ -39,8 +37,6 @@ enum hres api_pool_warm(struct req *r)
 	const cJSON *until = cJSON_GetObjectItemCaseSensitive(r->json, "until");
 	char err[600];
 
-	if (api_refuse_non_operator(r))
-		return H_DONE;
 	if (!cJSON_IsObject(r->json) || !cJSON_IsString(lesson) || !cJSON_IsNumber(count) ||
 	    count->valuedouble != (double)count->valueint || (from && !cJSON_IsString(from)) ||
 	    (until && !cJSON_IsString(until))) {
@@ -74,8 +70,6 @@ enum hres api_pool_warm(struct req *r)
 enum hres api_pool_cancel(struct req *r)
 {
 	char *end;
-	if (api_refuse_non_operator(r))
-		return H_DONE;
 	long id = strtol(r->param, &end, 10);
 	if (*end || id <= 0) {
 		resp_error(r, E_NOT_FOUND, "no such warm request");

@@ -319,6 +319,19 @@ static void check_one(const char *file, int *bad)
 				    i, l.steps[i].name, msg);
 		if (l.nsteps == 0)
 			report(&c, 0, "\"grader\": no steps: Grade will have nothing to say");
+		/* idle ending: against the lab's own length (the configured
+		 * idle_warning_s is checked by labvm.fcgi --check, with the config) */
+		if (l.idle_s > 0 && l.idle_s >= l.minutes * 60)
+			report(&c, 0,
+			       "\"idle_minutes\" (%d s) is not shorter than \"minutes\" (%d min): "
+			       "the lab expires before it could end for idleness",
+			       l.idle_s, l.minutes);
+		if (l.max_extensions > 0 &&
+		    (long)l.minutes * 60 + (long)l.max_extensions * l.extend_s > 24L * 3600)
+			report(&c, 0,
+			       "\"minutes\" plus %d extensions of %d s run past a day: is that "
+			       "meant?",
+			       l.max_extensions, l.extend_s);
 		if (l.runtime == RUNTIME_VM)
 			for (size_t mi = 0; mi < lesson_nmachines(&l); mi++)
 				check_cloud_config(&c, lesson_machine(&l, mi));

@@ -1,10 +1,12 @@
 #include "http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "jsonx.h"
@@ -40,6 +42,8 @@ static const struct {
     [E_NEVER_FITS] = {"never_fits", 409},
     [E_NO_GUIDE] = {"no_guide", 404},
     [E_TOO_MANY_STREAMS] = {"too_many_streams", 429},
+    [E_NO_EXTENSIONS_LEFT] = {"no_extensions_left", 409},
+    [E_LINE_WAITING] = {"line_waiting", 409},
 };
 
 static const char *status_text(int s)
@@ -196,6 +200,17 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
                       const char *etag)
 {
 	char *json = body ? jx_print(body) : NULL;
+	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
+	if (cJSON_IsString(ec))
+		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
+	resp_json_text(r, status, json, cache_control, etag);
+	cJSON_free(json);
+	cJSON_Delete(body);
+}
+
+void resp_json_text(struct req *r, int status, const char *json, const char *cache_control,
+                    const char *etag)
+{
 	struct labctx *x = r->x;
 	size_t jlen = json ? strlen(json) : 0;
 	char *clean = NULL;
@@ -210,9 +225,6 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	double total = (util_mono_s() - r->t0) * 1000.0;
 
 	r->status = status;
-	const cJSON *ec = cJSON_GetObjectItemCaseSensitive(body, "error");
-	if (cJSON_IsString(ec))
-		snprintf(r->error, sizeof r->error, "%s", ec->valuestring);
 	FCGX_FPrintF(r->fr->out,
 	             "Status: %d %s\r\n"
 	             "%s"
@@ -232,8 +244,25 @@ void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_
 	if (FCGX_GetError(r->fr->out))
 		log_warn("writing the response failed (client gone?)");
 	free(clean);
-	cJSON_free(json);
-	cJSON_Delete(body);
+}
+
+void resp_raw(struct req *r, int status, const char *content_type, const char *body, size_t len)
+{
+	struct labctx *x = r->x;
+	double total = (util_mono_s() - r->t0) * 1000.0;
+	r->status = status;
+	FCGX_FPrintF(r->fr->out,
+	             "Status: %d %s\r\n"
+	             "Content-Type: %s\r\n"
+	             "Cache-Control: no-store\r\n"
+	             "X-Content-Type-Options: nosniff\r\n"
+	             "Server-Timing: db;dur=%.2f, kube;dur=%.2f, agent;dur=%.2f, app;dur=%.2f\r\n"
+	             "%s\r\n",
+	             status, status_text(status), content_type, x->db.ms, x->kube.ms, x->agent.ms,
+	             total, r->headers.p ? r->headers.p : "");
+	FCGX_PutStr(body, (int)len, r->fr->out);
+	if (FCGX_GetError(r->fr->out))
+		log_warn("writing the response failed (client gone?)");
 }
 
 void resp_json(struct req *r, int status, cJSON *body)
@@ -267,4 +296,52 @@ void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
 	free(raw);
 	resp_error_json(r, e, error_json(e, msg));
 	free(msg);
+}
+
+enum hres api_db_error(struct req *r)
+{
+	if (r->x->db.broken)
+		return H_DB_LOST;
+	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
+	return H_DONE;
+}
+
+int http_path_match(const char *pattern, const char *path, char **param)
+{
+	const char *p = pattern, *s = path;
+	*param = NULL;
+	while (*p && *s) {
+		if (*p == '*') {
+			const char *end = strchr(s, '/');
+			size_t n = end ? (size_t)(end - s) : strlen(s);
+			if (n == 0 || n > 128)
+				break;
+			free(*param);
+			*param = xstrndup(s, n);
+			s += n;
+			p++;
+		} else if (*p == *s) {
+			p++;
+			s++;
+		} else {
+			break;
+		}
+	}
+	/* a trailing slash is tolerated */
+	if (!*p && (!*s || (s[0] == '/' && !s[1])))
+		return 1;
+	free(*param);
+	*param = NULL;
+	return 0;
+}
+
+int http_is_json_type(const char *ct)
+{
+	if (!ct)
+		return 0;
+	while (isspace((unsigned char)*ct))
+		ct++;
+	size_t n = strlen("application/json");
+	return strncasecmp(ct, "application/json", n) == 0 &&
+	       (ct[n] == '\0' || ct[n] == ';' || isspace((unsigned char)ct[n]));
 }

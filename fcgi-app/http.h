@@ -44,6 +44,8 @@ enum api_err {
 	E_NEVER_FITS,             /* 409 never_fits (a lesson larger than the capacity) */
 	E_NO_GUIDE,               /* 404 no_guide (a lesson without a guide) */
 	E_TOO_MANY_STREAMS,       /* 429 too_many_streams (stream_max_per_user open) */
+	E_NO_EXTENSIONS_LEFT,     /* 409 no_extensions_left (issue #28) */
+	E_LINE_WAITING,           /* 409 line_waiting (no extension while the line waits) */
 };
 
 struct req {
@@ -82,6 +84,16 @@ void resp_json(struct req *r, int status, cJSON *body);
  * ETag when etag is not NULL; body NULL: no body (304 Not Modified). */
 void resp_json_cached(struct req *r, int status, cJSON *body, const char *cache_control,
                       const char *etag);
+/* The same with the JSON already printed (json NULL: no body). */
+void resp_json_text(struct req *r, int status, const char *json, const char *cache_control,
+                    const char *etag);
+/* A body that is not JSON (text/csv), as it is, with the usual headers. */
+void resp_raw(struct req *r, int status, const char *content_type, const char *body, size_t len);
+/* What a handler returns (api.h): its one answer was written, or the
+ * database connection dropped before anything changed in the cluster (the
+ * router reconnects and runs the handler once more). */
+enum hres { H_DONE = 0, H_DB_LOST = 1 };
+
 /* {"error": code, "message": ...} with the error's status. */
 void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -89,5 +101,15 @@ void resp_error(struct req *r, enum api_err e, const char *fmt, ...)
  * resp_error_json() (which takes ownership). */
 cJSON *error_json(enum api_err e, const char *message);
 void resp_error_json(struct req *r, enum api_err e, cJSON *o);
+/* Match path against a route pattern ('*' is one path segment, 1..128
+ * bytes; a trailing slash is tolerated): 1 and *param the '*' segment
+ * (malloc'd, NULL without one), else 0. Pure (tests/unit/test_http_match.c). */
+int http_path_match(const char *pattern, const char *path, char **param);
+/* Content-Type application/json (any case, parameters allowed). */
+int http_is_json_type(const char *content_type);
+
+/* A database failure: H_DB_LOST when the connection dropped (a retry may
+ * help), else 503 db_unavailable answered and H_DONE. */
+enum hres api_db_error(struct req *r);
 
 #endif

@@ -19,14 +19,17 @@
 #include <curl/curl.h>
 #include <fcgiapp.h>
 
+#include "admission.h"
 #include "api.h"
 #include "check_lesson.h"
 #include "config.h"
+#include "drive.h"
 #include "lab.h"
 #include "lesson.h"
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
+#include "runtime.h"
 #include "stream.h"
 #include "util.h"
 
@@ -198,21 +201,43 @@ int main(int argc, char **argv)
 		log_err("lessons: %s", err);
 		return 1;
 	}
-	/* a lesson whose machines can never all fit: refused by --check, and a
-	 * warning at start (admission answers capacity_full to it) */
+	/* a lesson whose machines can never all fit its capacity: refused by
+	 * --check, and a warning at start (admission answers never_fits) */
 	for (size_t i = 0; i < lessons.n; i++) {
-		size_t nm = lesson_nmachines(&lessons.v[i]);
-		if (nm <= (size_t)cfg.vm_capacity)
+		const struct lesson *l = &lessons.v[i];
+		const struct runtime_ops *rt = runtime_of(l->runtime);
+		size_t nm = lesson_nmachines(l);
+		struct admission_facts f;
+		admission_facts_init(&f, ADM_VIEW, (long)nm, rt->capacity(&cfg));
+		f.in_use = 0;
+		if (admission_decide(&f).verdict != ADM_NEVER_FITS)
 			continue;
 		if (check_only) {
-			log_err("lessons: lesson \"%s\" has %zu machines but vm_capacity is %d: it "
+			log_err("lessons: lesson \"%s\" has %zu machines but %s_capacity is %d: it "
 			        "could never start",
-			        lessons.v[i].id, nm, cfg.vm_capacity);
+			        l->id, nm, rt->name, rt->capacity(&cfg));
 			return 1;
 		}
-		log_warn("lesson \"%s\" has %zu machines but vm_capacity is %d: it will never "
+		log_warn("lesson \"%s\" has %zu machines but %s_capacity is %d: it will never "
 		         "start",
-		         lessons.v[i].id, nm, cfg.vm_capacity);
+		         l->id, nm, rt->name, rt->capacity(&cfg));
+	}
+	/* an idle end the warning would announce before anyone could be idle */
+	for (size_t i = 0; i < lessons.n; i++) {
+		const struct lesson *l = &lessons.v[i];
+		int idle = lab_idle_s(&cfg, l);
+		if (idle <= 0 || idle > cfg.idle_warning_s)
+			continue;
+		if (check_only) {
+			log_err(
+			    "lessons: lesson \"%s\": its idle end (%d s without activity) is not "
+			    "longer than idle_warning_s (%d s): the warning would come at once",
+			    l->id, idle, cfg.idle_warning_s);
+			return 1;
+		}
+		log_warn("lesson \"%s\": idle end %d s, idle_warning_s %d s: the warning comes at "
+		         "once",
+		         l->id, idle, cfg.idle_warning_s);
 	}
 	/* the reaper spares young unknown objects for orphan_grace_s: at least
 	 * the longest start of the largest lesson (refused by --check, which the
@@ -294,13 +319,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	metrics_flusher_start(cfg.database, cfg.environment);
-	if (stream_start(&cfg, &lessons) < 0)
+	if (stream_start(&cfg, &lessons) < 0 || drive_start(&cfg, &lessons) < 0)
 		return 1;
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	metrics_flusher_stop();
 	free(th);
 	stream_stop();
+	drive_stop();
 	log_info("stopped");
 	lessons_free(&lessons);
 	cfg_free(&cfg);

@@ -11,16 +11,15 @@
  *      inherited a DataVolume's labels): if a list fails, stop here
  *      with a non-zero exit and delete nothing (no decisions on partial
  *      knowledge)
- *   3. advance every active session: expired ones end (VM and Secret deleted),
+ *   3. advance every active session: expired and idle ones end (VM and Secret deleted),
  *      stuck starts fail at their deadlines, exactly as the API would
- *   4. active sessions whose VM vanished from the cluster fail, and so do
- *      those whose Pod vanished or ended (a ready Pod that died)
+ *   4. active sessions whose machine vanished from the cluster (a VM, a Pod)
+ *      or ended by itself (a ready Pod that died: its runtime's ended()) fail
  *   5. objects without an active session are orphans: deleted when their
  *      session ended or failed, or, without any session row, once older than
  *      the grace period (an in-flight start is never raced). orphan_grace_s is
  *      at least the longest start; a shorter --grace (tests, an operator
- *      after a crash) is used only when no start holds its user lock
- *      the grace period (an in-flight start is never raced); a warm pool VM
+ *      after a crash) is used only when no start holds its user lock; a warm pool VM
  *      (<prefix>/pool label) that the pool still owns (pool_owns: starting,
  *      ready, or claimed by an active session) is not an orphan
  *   6. the warm pool's tick (pool.h): stale, failed and vanished pool VMs
@@ -38,24 +37,28 @@
 
 #include "jsonx.h"
 #include "lab.h"
+#include "locks.h"
 #include "log.h"
-#include "manifest.h"
 #include "metrics.h"
 #include "pool.h"
+#include "provision.h"
+#include "queue.h"
+#include "runtime.h"
 #include "session.h"
-
-#define LOCK_REAPER "7303"
+#include "session_change.h"
 
 struct counts {
-	int expired, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
+	int expired, idle, failed_stuck, vanished, orphan_vms, orphan_secrets, orphan_networks,
 	    kept_young, errors;
 	int orphan_pods;
 };
 
 struct obj {
-	char *kind; /* "virtualmachines" | "pods" | "secrets" | "network-attachment-definitions" */
+	char *kind;       /* a runtime's kind ("virtualmachines", "pods"), "secrets" or
+	                     "network-attachment-definitions" */
+	const char *noun; /* for the log */
 	char *name;
-	char *ended;      /* pods: why it ended (phase Failed/Succeeded), else NULL */
+	char *ended;      /* a runtime's object that ended by itself: why, else NULL */
 	char *session_id; /* label value, may be NULL */
 	double age_s;
 	int done; /* deleted (or found deleted) during this run */
@@ -76,11 +79,9 @@ static void reaper_metrics(struct labctx *x, const char *env, int rc, const stru
 	const struct {
 		const char *what;
 		int n;
-	} del[] = {{"expired", k->expired},
-	           {"failed_stuck", k->failed_stuck},
-	           {"vanished", k->vanished},
-	           {"orphan_vm", k->orphan_vms},
-	           {"orphan_secret", k->orphan_secrets},
+	} del[] = {{"expired", k->expired},           {"idle", k->idle},
+	           {"failed_stuck", k->failed_stuck}, {"vanished", k->vanished},
+	           {"orphan_vm", k->orphan_vms},      {"orphan_secret", k->orphan_secrets},
 	           {"orphan_pod", k->orphan_pods}};
 	char lab[64];
 	db_rollback(&x->db);
@@ -103,24 +104,24 @@ static double parse_age(const char *ts, double now)
 	return now - (double)timegm(&tm);
 }
 
-/* List one kind of this environment's lab objects. 0 ok, -1 failed; a kind
- * the cluster does not serve at all (404, no Multus) is an empty list when
- * missing_ok. */
-static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct objs *out)
+/* List one kind of this environment's lab objects: a runtime's (rt), else
+ * Secrets or session networks (noun). 0 ok, -1 failed; a kind the cluster
+ * does not serve at all (404, no Multus) is an empty list when missing_ok. */
+static int list_objs(struct labctx *x, const char *kind, const struct runtime_ops *rt,
+                     const char *noun, int missing_ok, struct objs *out)
 {
 	const struct cfg *c = x->cfg;
 	char *path = kube_path(kind, c->namespace_, NULL);
-	int pods = strcmp(kind, "pods") == 0;
-	/* lab Pods, not the virt-launcher pods (or CDI's importer pods) that carry
-	 * a VM's labels too: manifest_is_lab_pod() below */
+	/* a runtime's lab objects, not those of another controller that carry a
+	 * lab's labels too (rt->selector, rt->is_lab below) */
 	char *sel = xasprintf("%s=true,%s=%s%s", c->label.lab_session, c->label.environment,
-	                      c->environment, pods ? ",!kubevirt.io" : "");
+	                      c->environment, rt ? rt->selector : "");
 	cJSON *list = NULL;
 	/* metadata only: Secrets carry cloud-init payloads, and a long list of
-	 * them must not exceed the answer cap and stop the reaper; lab Pods are
-	 * read whole (their container status says whether a ready one died) */
-	long code = pods ? kube_list(&x->kube, path, sel, &list)
-	                 : kube_list_meta(&x->kube, path, sel, &list);
+	 * them must not exceed the answer cap and stop the reaper; a runtime
+	 * whose objects end by themselves is read whole (their status says so) */
+	long code = rt && rt->list_whole ? kube_list(&x->kube, path, sel, &list)
+	                                 : kube_list_meta(&x->kube, path, sel, &list);
 	const cJSON *items = kj_get(list, "items"), *it;
 	double now = (double)time(NULL);
 	int rc = 0;
@@ -146,17 +147,18 @@ static int list_objs(struct labctx *x, const char *kind, int missing_ok, struct 
 		/* never trust the selector alone with deletions */
 		if (!name || !cJSON_IsString(marker) || strcmp(marker->valuestring, "true") != 0 ||
 		    !cJSON_IsString(env) || strcmp(env->valuestring, c->environment) != 0 ||
-		    (pods && !manifest_is_lab_pod(c, it)))
+		    (rt && rt->is_lab && !rt->is_lab(c, it)))
 			continue;
 		struct obj *o = &out->v[out->n++];
 		memset(o, 0, sizeof *o);
 		o->kind = xstrdup(kind);
+		o->noun = rt ? rt->noun : noun;
 		o->name = xstrdup(name);
 		o->session_id = cJSON_IsString(sid) ? xstrdup(sid->valuestring) : NULL;
 		o->pool = cJSON_IsString(pool);
 		o->age_s = parse_age(kj_str(it, "metadata.creationTimestamp"), now);
 		char why[1024];
-		if (pods && session_pod_ended(it, why, sizeof why))
+		if (rt && rt->ended && rt->ended(it, why, sizeof why))
 			o->ended = xstrdup(why);
 	}
 out:
@@ -231,6 +233,9 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		if (d.what == DUE_EXPIRE) {
 			printf("would end session %s (%s, %s): expired\n", s.id, s.user, s.lesson);
 			k->expired++;
+		} else if (d.what == DUE_IDLE) {
+			printf("would end session %s (%s, %s): idle\n", s.id, s.user, s.lesson);
+			k->idle++;
 		} else if ((d.what == DUE_RUNNING || d.what == DUE_READY) && d.overdue) {
 			printf("would fail session %s (%s, %s): past its %s deadline\n", s.id,
 			       s.user, s.lesson, d.what == DUE_READY ? "ready" : "running");
@@ -245,6 +250,8 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 	} else if (!session_active(&s)) {
 		if (s.end_reason && strcmp(s.end_reason, "expired") == 0)
 			k->expired++;
+		else if (s.end_reason && strcmp(s.end_reason, "idle") == 0)
+			k->idle++;
 		else if (before != s.state)
 			k->failed_stuck++;
 		log_info("session %s (%s, %s): %s -> %s%s%s", s.id, s.user, s.lesson,
@@ -252,9 +259,7 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 		         s.error ? s.error : "");
 		/* its objects were deleted by the transition: not orphans below */
 		for (size_t i = 0; i < s.nvms; i++) {
-			struct obj *o =
-			    find_obj(vms, s.runtime == RUNTIME_POD ? "pods" : "virtualmachines",
-			             s.vms[i].name);
+			struct obj *o = find_obj(vms, runtime_of(s.runtime)->kind, s.vms[i].name);
 			if (o)
 				o->done = 1;
 			o = find_obj(secrets, "secrets", s.vms[i].secret);
@@ -269,73 +274,48 @@ static void advance_one(struct labctx *x, const char *id, struct objs *vms, stru
 	session_free(&s);
 }
 
-/* Active sessions whose Pod is gone or has ended: a ready Pod that died
- * fails its session as a vanished VM does (restartPolicy Never: it stays
- * ended). A starting one was advanced just before and named its failure. */
-static void pod_gone_one(struct labctx *x, struct session *s, struct objs *vms, struct counts *k)
+/* Active sessions whose machine is gone from the cluster (the list was
+ * taken after the snapshot, so their machines existed before it), or ended
+ * by itself (a ready Pod that died fails its session as a vanished VM does:
+ * restartPolicy Never, it stays ended; a starting one was advanced just
+ * before and named its failure). */
+static void vanished_one(struct labctx *x, const char *id, struct objs *vms, struct counts *k)
 {
-	for (size_t i = 0; i < s->nvms; i++) {
-		if (s->vms[i].deleted)
+	struct session s;
+	if (session_load(x, id, &s) != SESSION_FOUND)
+		return;
+	const struct runtime_ops *rt = runtime_of(s.runtime);
+	for (size_t i = 0; session_active(&s) && i < s.nvms; i++) {
+		if (s.vms[i].deleted)
 			continue;
-		struct obj *o = find_obj(vms, "pods", s->vms[i].name);
+		struct obj *o = find_obj(vms, rt->kind, s.vms[i].name);
 		if (o && !o->ended)
 			continue;
+		const char *what = o ? "ended" : "vanished";
 		char msg[1200];
 		if (o)
-			snprintf(msg, sizeof msg, "%s: %s", session_stage_str(s->stage), o->ended);
+			snprintf(msg, sizeof msg, "%s: %s", session_stage_str(s.stage), o->ended);
 		else
-			snprintf(msg, sizeof msg, "%s: the Pod %s disappeared from the cluster",
-			         session_stage_str(s->stage), s->vms[i].name);
+			snprintf(msg, sizeof msg, "%s: the %s %s disappeared from the cluster",
+			         session_stage_str(s.stage), rt->noun, s.vms[i].name);
 		k->vanished++;
 		if (dry_run) {
-			printf("would fail session %s (%s): Pod %s %s\n", s->id, s->user,
-			       s->vms[i].name, o ? "ended" : "vanished");
+			printf("would fail session %s (%s): %s %s %s\n", s.id, s.user, rt->noun,
+			       s.vms[i].name, what);
 		} else {
-			log_info("session %s (%s): Pod %s %s; failing the session", s->id, s->user,
-			         s->vms[i].name, o ? "ended" : "vanished");
-			if (session_finish(x, s, SESSION_FAILED, "failed", msg) < 0)
+			log_info("session %s (%s): %s %s %s; failing the session", s.id, s.user,
+			         rt->noun, s.vms[i].name, what);
+			if (session_finish(x, &s, SESSION_FAILED, "failed", msg) < 0)
 				k->errors++;
 			if (o)
 				o->done = 1;
 		}
 		break;
 	}
-}
-
-/* Active sessions whose VM is gone from the cluster (the list was taken
- * after the snapshot, so their VMs existed before it). */
-static void vanished_one(struct labctx *x, const char *id, struct objs *vms, struct counts *k)
-{
-	struct session s;
-	if (session_load(x, id, &s) != SESSION_FOUND)
-		return;
-	if (session_active(&s) && s.runtime == RUNTIME_POD)
-		pod_gone_one(x, &s, vms, k);
-	if (session_active(&s) && s.runtime == RUNTIME_VM) {
-		for (size_t i = 0; i < s.nvms; i++) {
-			if (s.vms[i].deleted || find_obj(vms, "virtualmachines", s.vms[i].name))
-				continue;
-			k->vanished++;
-			if (dry_run) {
-				printf("would fail session %s (%s): VM %s vanished\n", s.id, s.user,
-				       s.vms[i].name);
-			} else {
-				char msg[256];
-				snprintf(msg, sizeof msg,
-				         "%s: the VM %s disappeared from the cluster",
-				         session_stage_str(s.stage), s.vms[i].name);
-				log_info("session %s (%s): VM %s vanished; failing the session",
-				         s.id, s.user, s.vms[i].name);
-				if (session_finish(x, &s, SESSION_FAILED, "failed", msg) < 0)
-					k->errors++;
-			}
-			break;
-		}
-	}
 	session_free(&s);
 }
 
-/* A start holds its user's advisory lock (7301) from before its first
+/* A start holds its user's advisory lock (LOCK_USER) from before its first
  * cluster object until its commit: when none is held after the objects were
  * listed, every listed object without an active session is an orphan,
  * whatever its age. A --grace shorter than the longest start is used only
@@ -344,7 +324,7 @@ static int starts_in_flight(struct labctx *x)
 {
 	PGresult *r = db_exec(&x->db,
 	                      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-	                      "classid = 7301 AND objsubid = 2 AND granted",
+	                      "classid = " LOCK_USER " AND objsubid = 2 AND granted",
 	                      0, NULL);
 	if (!r)
 		return -1;
@@ -385,36 +365,23 @@ static void orphans(struct labctx *x, struct objs *os, char **active, size_t nac
 			          o->name, o->age_s, c->orphan_grace_s);
 			continue;
 		}
-		int vm = strcmp(o->kind, "virtualmachines") == 0;
-		int pod = strcmp(o->kind, "pods") == 0;
-		int net = strcmp(o->kind, "network-attachment-definitions") == 0;
-		const char *what = vm    ? "VM"
-		                   : pod ? "Pod"
-		                   : net ? "NetworkAttachmentDefinition"
-		                         : "Secret";
 		if (dry_run) {
-			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", what,
+			printf("would delete %s %s (orphan: session %s, %.0fs old)\n", o->noun,
 			       o->name, why, o->age_s);
+		} else if (lab_delete(x, o->kind, o->name, "reaper")) {
+			log_info("deleted %s %s: orphan (session %s %s, %.0fs old)", o->noun,
+			         o->name, o->session_id ? o->session_id : "-", why, o->age_s);
 		} else {
-			char *path = kube_path(o->kind, c->namespace_, o->name);
-			if (kube_delete(&x->kube, path, "Background")) {
-				log_info("deleted %s %s: orphan (session %s %s, %.0fs old)", what,
-				         o->name, o->session_id ? o->session_id : "-", why,
-				         o->age_s);
-			} else {
-				log_warn("deleting %s %s failed: %s", what, o->name, x->kube.msg);
-				k->errors++;
-			}
-			free(path);
+			k->errors++;
 		}
-		if (vm)
-			k->orphan_vms++;
-		else if (pod)
-			k->orphan_pods++;
-		else if (net)
-			k->orphan_networks++;
-		else
+		if (strcmp(o->kind, "secrets") == 0)
 			k->orphan_secrets++;
+		else if (strcmp(o->kind, "network-attachment-definitions") == 0)
+			k->orphan_networks++;
+		else if (strcmp(o->kind, runtime_vm.kind) == 0)
+			k->orphan_vms++;
+		else
+			k->orphan_pods++;
 	}
 }
 
@@ -509,10 +476,12 @@ int main(int argc, char **argv)
 	 * a 429 (API Priority and Fairness) is retried within that, honouring
 	 * its Retry-After (kube_deadline), well inside the CronJob's deadline */
 	kube_deadline(&x.kube, util_mono_s() + 4.0 * cfg.kube_timeout_ms / 1000.0);
-	int listed = list_objs(&x, "virtualmachines", 0, &vms) == 0 &&
-	             list_objs(&x, "pods", 0, &vms) == 0 &&
-	             list_objs(&x, "secrets", 0, &secrets) == 0 &&
-	             list_objs(&x, "network-attachment-definitions", 1, &nets) == 0;
+	int listed = 1;
+	for (size_t i = 0; listed && runtime_all[i]; i++)
+		listed = list_objs(&x, runtime_all[i]->kind, runtime_all[i], NULL, 0, &vms) == 0;
+	listed = listed && list_objs(&x, "secrets", NULL, "Secret", 0, &secrets) == 0 &&
+	         list_objs(&x, "network-attachment-definitions", NULL,
+	                   "NetworkAttachmentDefinition", 1, &nets) == 0;
 	kube_deadline(&x.kube, 0);
 	if (!listed) {
 		log_err("cluster lists failed: nothing deleted this run");
@@ -545,20 +514,10 @@ int main(int argc, char **argv)
 		log_err("cannot read sessions: %s", x.db.msg);
 		goto out;
 	}
-	/* the waiting line: places whose page stopped polling lapse (queue.c
-	 * does the same on every poll; admission needs the lessons: labvm.fcgi) */
-	{
-		char lapse[16];
-		snprintf(lapse, sizeof lapse, "%d", cfg.queue_lapse_s);
-		const char *pq[2] = {cfg.environment, lapse};
-		if (!dry_run &&
-		    db_cmd(&x.db,
-		           "UPDATE session_queue SET state = 'lapsed', ended_at = now() WHERE "
-		           "environment = $1 AND state = 'waiting' AND last_seen_at < now() - "
-		           "make_interval(secs => $2::int)",
-		           2, pq) < 0)
-			log_warn("queue: lapsing stale places failed: %s", x.db.msg);
-	}
+	/* the waiting line: places whose page stopped polling lapse (as on every
+	 * poll; admission needs the lessons: labvm.fcgi's pump) */
+	if (!dry_run && queue_lapse_stale(&x) < 0)
+		log_warn("queue: lapsing stale places failed: %s", x.db.msg);
 	orphans(&x, &vms, ids, nids, &k);
 	orphans(&x, &secrets, ids, nids, &k);
 	orphans(&x, &nets, ids, nids, &k);
@@ -568,14 +527,15 @@ int main(int argc, char **argv)
 	rc = k.errors ? 1 : 0;
 out:
 	printf("labvm-reaper: environment=%s%s active=%zu vms=%zu secrets=%zu expired=%d "
-	       "failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d orphan_networks=%d "
+	       "idle=%d failed_stuck=%d vanished=%d orphan_vms=%d orphan_secrets=%d "
+	       "orphan_networks=%d "
 	       "orphan_pods=%d kept_young=%d pool_created=%d pool_ready=%d pool_failed=%d "
 	       "pool_stale=%d pool_surplus=%d pool_vanished=%d errors=%d status=%s "
 	       "duration_ms=%.0f\n",
 	       cfg.environment, dry_run ? " dry-run" : "", nactive, vms.n, secrets.n, k.expired,
-	       k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets, k.orphan_networks,
-	       k.orphan_pods, k.kept_young, pk.created, pk.became_ready, pk.failed, pk.stale,
-	       pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
+	       k.idle, k.failed_stuck, k.vanished, k.orphan_vms, k.orphan_secrets,
+	       k.orphan_networks, k.orphan_pods, k.kept_young, pk.created, pk.became_ready,
+	       pk.failed, pk.stale, pk.surplus, pk.vanished, k.errors, rc ? "incomplete" : "ok",
 	       (util_mono_s() - t0) * 1000.0);
 	if (!dry_run && x.db.conn)
 		reaper_metrics(&x, cfg.environment, rc, &k);

@@ -1,16 +1,14 @@
 /* router.c - the route table (cgit style): method, path pattern, handler,
  * requirements checked centrally before the handler runs (cgit's want_repo:
  * here the user, the JSON body, the session, its readiness). */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "api.h"
 #include "jsonx.h"
 #include "log.h"
-#include "queue.h"
+#include "pump.h"
 #include "session.h"
 #include "ticket.h"
 
@@ -19,78 +17,55 @@ struct route {
 	const char *pattern; /* '*' matches one path segment: the {id} */
 	handler_fn fn;
 	unsigned needs;
-	const char *not_ready; /* NEED_READY: the end of the 409 message */
+	const char *not_ready;     /* NEED_READY: the end of the 409 message */
+	enum queued_answer queued; /* a session route, for a place in the line */
 };
 
 #define OWN_SESSION (NEED_USER | NEED_SESSION)
+#define OPERATOR    (NEED_USER | NEED_OPERATOR)
 
 static const struct route routes[] = {
-    {"GET", "/api/lessons", api_lessons, NEED_USER, NULL},
-    {"GET", "/api/lessons/*/guide", api_lesson_guide, NEED_USER, NULL},
-    {"GET", "/api/healthz", api_healthz, 0, NULL},
-    {"GET", "/api/metrics", api_metrics, NEED_USER, NULL},
-    {"GET", "/api/operator/overview", api_operator_overview, NEED_USER, NULL},
-    {"POST", "/api/operator/sessions/*/end", api_operator_end, NEED_USER | NEED_JSON, NULL},
-    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL},
+    {"GET", "/api/lessons", api_lessons, NEED_USER, NULL, 0},
+    {"GET", "/api/lessons/*/guide", api_lesson_guide, NEED_USER, NULL, 0},
+    {"GET", "/api/healthz", api_healthz, 0, NULL, 0},
+    {"GET", "/api/metrics", api_metrics, OPERATOR, NULL, 0},
+    {"GET", "/api/operator/overview", api_operator_overview, OPERATOR, NULL, 0},
+    {"POST", "/api/operator/sessions/*/end", api_operator_end, OPERATOR | NEED_JSON, NULL, 0},
+    {"POST", "/api/sessions", api_session_create, NEED_USER | NEED_JSON, NULL, 0},
     {"GET", "/api/sessions/current", api_session_get, NEED_USER | NEED_CURRENT | NEED_ADVANCED,
-     NULL},
-    {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL},
-    {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL},
-    {"GET", "/api/sessions/*/events", api_session_events, OWN_SESSION | NEED_ADVANCED, NULL},
+     NULL, QUEUED_POLL},
+    {"GET", "/api/sessions/*", api_session_get, OWN_SESSION | NEED_ADVANCED, NULL, QUEUED_POLL},
+    {"DELETE", "/api/sessions/*", api_session_delete, OWN_SESSION, NULL, QUEUED_LEAVE},
+    {"GET", "/api/sessions/*/events", api_session_events, OWN_SESSION | NEED_ADVANCED, NULL,
+     QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/grade", api_session_grade, OWN_SESSION | NEED_JSON | NEED_READY,
-     "nothing to grade"},
+     "nothing to grade", QUEUED_NOT_READY},
+    {"POST", "/api/sessions/*/activity", api_session_activity, OWN_SESSION | NEED_JSON | NEED_READY,
+     "nothing to keep open", QUEUED_NOT_READY},
+    {"POST", "/api/sessions/*/extend", api_session_extend, OWN_SESSION | NEED_JSON | NEED_READY,
+     "nothing to extend", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/console-ticket", api_console_ticket,
-     OWN_SESSION | NEED_JSON | NEED_READY, "no console yet"},
+     OWN_SESSION | NEED_JSON | NEED_READY, "no console yet", QUEUED_NOT_READY},
     {"POST", "/api/sessions/*/tty-size", api_tty_size,
-     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet"},
-    {"GET", "/api/operator/pool", api_pool_get, NEED_USER, NULL},
-    {"POST", "/api/operator/pool", api_pool_warm, NEED_USER | NEED_JSON, NULL},
-    {"DELETE", "/api/operator/pool/*", api_pool_cancel, NEED_USER, NULL},
+     OWN_SESSION | NEED_JSON | NEED_READY | NEED_AGENT, "no console yet", QUEUED_NOT_READY},
+    {"GET", "/api/sessions/*/grades", api_session_grades, OWN_SESSION, NULL, QUEUED_NOT_READY},
+    /* the teacher's room: NEED_USER only; each handler answers 404 outside
+     * the lessons the caller teaches (api_teacher.c) */
+    {"GET", "/api/teacher/lessons", api_teacher_lessons, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/lessons/*/class", api_teacher_class, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/lessons/*/grades.csv", api_teacher_grades_csv, NEED_USER, NULL, 0},
+    {"GET", "/api/teacher/audit", api_teacher_audit, NEED_USER, NULL, 0},
+    {"POST", "/api/teacher/sessions/*/console-ticket", api_teacher_ticket, NEED_USER | NEED_JSON,
+     NULL, 0},
+    {"POST", "/api/teacher/sessions/*/extend", api_teacher_extend, NEED_USER | NEED_JSON, NULL, 0},
+    {"POST", "/api/teacher/sessions/*/reset", api_teacher_reset, NEED_USER | NEED_JSON, NULL, 0},
+    {"DELETE", "/api/teacher/sessions/*", api_teacher_end, NEED_USER, NULL, 0},
+    {"GET", "/api/operator/pool", api_pool_get, OPERATOR, NULL, 0},
+    {"POST", "/api/operator/pool", api_pool_warm, OPERATOR | NEED_JSON, NULL, 0},
+    {"DELETE", "/api/operator/pool/*", api_pool_cancel, OPERATOR, NULL, 0},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
-
-/* Match path against pattern; on success *param gets the '*' segment (malloc'd). */
-static int match(const char *pattern, const char *path, char **param)
-{
-	const char *p = pattern, *s = path;
-	*param = NULL;
-	while (*p && *s) {
-		if (*p == '*') {
-			const char *end = strchr(s, '/');
-			size_t n = end ? (size_t)(end - s) : strlen(s);
-			if (n == 0 || n > 128)
-				break;
-			free(*param);
-			*param = xstrndup(s, n);
-			s += n;
-			p++;
-		} else if (*p == *s) {
-			p++;
-			s++;
-		} else {
-			break;
-		}
-	}
-	/* a trailing slash is tolerated */
-	if (!*p && (!*s || (s[0] == '/' && !s[1])))
-		return 1;
-	free(*param);
-	*param = NULL;
-	return 0;
-}
-
-/* A special segment ("current") wins over '*': the table is ordered so. */
-static int is_json_type(const char *ct)
-{
-	if (!ct)
-		return 0;
-	while (isspace((unsigned char)*ct))
-		ct++;
-	size_t n = strlen("application/json");
-	return strncasecmp(ct, "application/json", n) == 0 &&
-	       (ct[n] == '\0' || ct[n] == ';' || isspace((unsigned char)ct[n]));
-}
 
 /* NEED_SESSION / NEED_CURRENT and what follows: load r->sess, check that it
  * is this user's, advance it, check readiness. 0 go on; -1 answered (*h). */
@@ -104,8 +79,8 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		*h = api_db_error(r);
 		return -1;
 	}
-	/* no session: a place in the waiting line answers for itself (queue.c) */
-	if (rc == SESSION_NONE && queue_route(r, rt->fn, (n & NEED_CURRENT) != 0, h))
+	/* no session: a place in the waiting line answers as the route says */
+	if (rc == SESSION_NONE && api_queue_route(r, rt->queued, (n & NEED_CURRENT) != 0, h))
 		return -1;
 	if (rc == SESSION_NONE && (n & NEED_CURRENT)) {
 		resp_error(r, E_NO_SESSION, "you have no open lab session");
@@ -117,10 +92,14 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		return -1;
 	}
 	r->sess = s;
+	int was_active = session_active(s);
 	if ((n & (NEED_ADVANCED | NEED_READY)) && session_advance(r->x, s) < 0) {
 		*h = api_db_error(r);
 		return -1;
 	}
+	/* it ended here (expired, idle): its seat goes to the head of the line */
+	if (was_active && !session_active(s) && s->state == SESSION_ENDED)
+		queue_pump(r->x);
 	if ((n & NEED_READY) &&
 	    (s->state != SESSION_READY || !s->nvms || ((n & NEED_AGENT) && !s->vms[0].ip))) {
 		resp_error(r, E_NOT_READY, "the lab is %s, not ready: %s",
@@ -128,6 +107,37 @@ static int want_session(struct req *r, const struct route *rt, struct session *s
 		return -1;
 	}
 	return 0;
+}
+
+/* A comma or space separated list of REMOTE_USERs (labvm.conf operators,
+ * teachers). */
+int api_user_listed(const char *list, const char *user)
+{
+	const char *p = list;
+	size_t n = user ? strlen(user) : 0;
+	if (!n || !p)
+		return 0;
+	while (*p) {
+		while (*p == ',' || *p == ' ' || *p == '\t')
+			p++;
+		size_t w = strcspn(p, ", \t");
+		if (w == n && strncmp(p, user, n) == 0)
+			return 1;
+		p += w;
+	}
+	return 0;
+}
+
+static int is_operator(const struct cfg *c, const char *user)
+{
+	return api_user_listed(c->operators, user);
+}
+
+int api_teaches(const struct cfg *c, const struct lesson *l, const char *user)
+{
+	return user && l &&
+	       (is_operator(c, user) || api_user_listed(c->teachers, user) ||
+	        lesson_has_teacher(l, user));
 }
 
 static enum hres run(struct req *r, const struct route *rt)
@@ -142,8 +152,12 @@ static enum hres run(struct req *r, const struct route *rt)
 		           strlen(r->user), TICKET_USER_MAX);
 		return H_DONE;
 	}
+	if ((rt->needs & NEED_OPERATOR) && !is_operator(r->x->cfg, r->user)) {
+		resp_error(r, E_FORBIDDEN, "this is for operators (labvm.conf operators)");
+		return H_DONE;
+	}
 	if (rt->needs & NEED_JSON) {
-		if (!is_json_type(r->content_type)) {
+		if (!http_is_json_type(r->content_type)) {
 			resp_error(r, E_UNSUPPORTED_MEDIA_TYPE,
 			           "request bodies must be application/json");
 			return H_DONE;
@@ -181,9 +195,10 @@ void router_dispatch(struct req *r)
 
 	for (size_t i = 0; i < NROUTES; i++) {
 		char *param;
-		if (!match(routes[i].pattern, r->path, &param))
+		if (!http_path_match(routes[i].pattern, r->path, &param))
 			continue;
-		/* "/api/sessions/current" is not a session id */
+		/* "/api/sessions/current" is not a session id: the special segment
+		 * wins over '*' (the table lists it first) */
 		if (param && strchr(routes[i].pattern, '*') && strcmp(param, "current") == 0 &&
 		    strcmp(routes[i].pattern, "/api/sessions/*") == 0) {
 			free(param);

@@ -1,4 +1,6 @@
-/* stream.c - the stream thread and the drivers (see stream.h). */
+/* stream.c - the stream thread: open event streams, their catch-up and
+ * keepalives, the per-user stream slots (see stream.h); the drivers that
+ * move watched starts on are drive.c. */
 #include "stream.h"
 
 #include <errno.h>
@@ -12,31 +14,20 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <libpq-fe.h>
 
+#include "drive.h"
 #include "jsonx.h"
-#include "kube.h"
 #include "lab.h"
 #include "log.h"
 #include "session.h"
 
 #define EVENT_CHANNEL  "labvm_session_event"
 #define CATCHUP_LIMIT  100
-#define SEND_TIMEOUT_S 2     /* a client that reads nothing for this long is dropped */
-#define RECONNECT_S    0.5   /* between attempts to reach the database again */
-#define HOLD_MS        10000 /* a driver's longest watch or held /ready */
-#define HOLD_BUSY_MS   500   /* ... when other watched starts wait for a driver */
-#define RETRY_S        0.5   /* after a watch or agent call that failed at once */
-#define AGENT_RETRY_MS 10    /* an agent not listening yet: asked again after this */
-#define VMI_RECHECK_S  1.0   /* ... its VMI read again first, at most this often */
-#define SLOT_TTL_S     60    /* a per-user stream slot not renewed for this long is free */
-#define SLOT_RENEW_S   20    /* ... renewed this often while its stream is open */
-/* a VMI watch that ended at once with no event, began with an ERROR event,
- * or ended on its first event (the state the driver had just read) proves
- * nothing happened: the next watch waits, doubling from 0.1 s up to this,
- * back to none after a watch that held or saw a change */
-#define WATCH_BACKOFF_MAX_S 5.0
+#define SEND_TIMEOUT_S 2   /* a client that reads nothing for this long is dropped */
+#define RECONNECT_S    0.5 /* between attempts to reach the database again */
+#define SLOT_TTL_S     60  /* a per-user stream slot not renewed for this long is free */
+#define SLOT_RENEW_S   20  /* ... renewed this often while its stream is open */
 
 struct watcher {
 	FCGX_Request *fr;
@@ -47,21 +38,16 @@ struct watcher {
 	int driven; /* counted in its session's job */
 	char *user; /* its per-user slot (stream_slots, sql/011) */
 	int slot;
-};
-
-struct job {
-	char id[40];
-	int watchers;
-	int busy;
-	double next_at;
-	int watch_fails; /* VMI watches in a row that proved nothing (WATCH_BACKOFF_MAX_S) */
+	/* ?until=end (issue #28): the stream goes on through ready, with the
+	 * warnings, until the session ends or fails */
+	int through;
+	double warn_next;   /* epoch s: look at the session's warning then (0: not yet known) */
+	double warned_ends; /* the ends_at of the last warning written */
 };
 
 static const struct cfg *cfg;
 static const struct lessons *lessons;
 static pthread_t stream_thread;
-static pthread_t *driver_threads; /* joined at stop: nothing of theirs outlives it */
-static int ndriver_threads;
 static int started;
 static volatile int stopping;
 static int wake_pipe[2] = {-1, -1};
@@ -74,349 +60,6 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct watcher *pending;
 static size_t npending, cap_pending;
 static int open_streams;
-
-/* the drivers' work: watched starting sessions */
-static pthread_mutex_t jmu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t jcond = PTHREAD_COND_INITIALIZER;
-static struct job *jobs;
-static size_t njobs, cap_jobs;
-
-/* ------------------------------------------------------------ jobs */
-
-static struct job *job_find(const char *id)
-{
-	for (size_t i = 0; i < njobs; i++)
-		if (strcmp(jobs[i].id, id) == 0)
-			return &jobs[i];
-	return NULL;
-}
-
-static void job_watch(const char *id)
-{
-	pthread_mutex_lock(&jmu);
-	struct job *j = job_find(id);
-	if (!j) {
-		if (njobs == cap_jobs) {
-			cap_jobs = cap_jobs ? cap_jobs * 2 : 16;
-			jobs = realloc(jobs, cap_jobs * sizeof *jobs);
-			if (!jobs)
-				abort();
-		}
-		j = &jobs[njobs++];
-		memset(j, 0, sizeof *j);
-		snprintf(j->id, sizeof j->id, "%s", id);
-	}
-	j->watchers++;
-	pthread_cond_broadcast(&jcond);
-	pthread_mutex_unlock(&jmu);
-}
-
-static void job_remove_locked(struct job *j)
-{
-	*j = jobs[--njobs];
-}
-
-static void job_unwatch(const char *id)
-{
-	pthread_mutex_lock(&jmu);
-	struct job *j = job_find(id);
-	if (j && --j->watchers <= 0 && !j->busy)
-		job_remove_locked(j);
-	pthread_mutex_unlock(&jmu);
-}
-
-/* VMI watch: stop at the first event whose phase differs from the first
- * phase seen, or that says Running, Failed or Succeeded, or a deletion. */
-struct phase_watch {
-	char first[32];
-	int seen;
-	int events; /* events read */
-	int error;  /* an ERROR event (a Status: the watch failed) */
-};
-
-static int on_vmi_event(const cJSON *ev, void *ud)
-{
-	struct phase_watch *w = ud;
-	const char *type = kj_str(ev, "type");
-	const char *phase = kj_str(ev, "object.status.phase");
-	w->events++;
-	if (type && strcmp(type, "ERROR") == 0) {
-		w->error = 1;
-		return 1;
-	}
-	if (!type || strcmp(type, "ADDED") != 0) {
-		if (type && strcmp(type, "MODIFIED") != 0)
-			return 1; /* DELETED, or no type */
-	}
-	if (!phase)
-		phase = "";
-	if (!strcmp(phase, "Running") || !strcmp(phase, "Failed") || !strcmp(phase, "Succeeded"))
-		return 1;
-	if (!w->seen) {
-		w->seen = 1;
-		snprintf(w->first, sizeof w->first, "%s", phase);
-		return 0;
-	}
-	return strcmp(w->first, phase) != 0;
-}
-
-/* Wait for the next thing that can move s on, at most hold_ms: for its
- * first machine not ready yet, its VMI's phase (not Running yet) or its
- * agent's flag, bounded by that machine's deadline. 0 something may have
- * happened (look again at once), -1 the wait failed (retry later), 1 the
- * watch proved nothing (ended at once, an ERROR event, or only the state
- * already known): look again after a back-off. */
-static int driver_wait(struct labctx *x, struct session *s, int hold_ms)
-{
-	struct session_vm *vm = NULL;
-	if (s->runtime == RUNTIME_POD)
-		return -1; /* a Pod's readiness is its Ready condition: looked at every RETRY_S */
-	for (size_t i = 0; i < s->nvms && !vm; i++)
-		if (s->vms[i].stage != STAGE_READY && !s->vms[i].deleted)
-			vm = &s->vms[i];
-	if (!vm || s->t_submitted <= 0)
-		return -1; /* nothing to wait for, or the submission is in flight */
-	double deadline = vm->running_at ? vm->t_running + s->ready_timeout_s
-	                                 : s->t_submitted + s->running_timeout_s;
-	double left_ms = (deadline - s->t_now) * 1000.0 + 50;
-	int wait_ms = left_ms < hold_ms ? (int)(left_ms > 0 ? left_ms : 0) : hold_ms;
-
-	if (wait_ms <= 0)
-		return -1; /* overdue: session_advance() decides, the next round */
-	if (!vm->running_at) {
-		char *coll = kube_path("virtualmachineinstances", x->cfg->namespace_, NULL);
-		char *path = xasprintf("%s?watch=true&fieldSelector=metadata.name%%3D%s"
-		                       "&timeoutSeconds=%d",
-		                       coll, vm->name, (wait_ms + 999) / 1000);
-		struct phase_watch w = {{0}, 0, 0, 0};
-		double t0 = util_mono_s();
-		long code = kube_watch(&x->kube, path, wait_ms + 500L, on_vmi_event, &w);
-		double took_ms = (util_mono_s() - t0) * 1000.0;
-		free(path);
-		free(coll);
-		if (code != 200) {
-			log_debug("session %s: VMI watch: HTTP %ld %s", s->id, code, x->kube.msg);
-			return -1;
-		}
-		/* a quiet watch holds about wait_ms; one that changed saw 2+ events */
-		if (w.error || (!w.events && took_ms < wait_ms / 2.0) || w.events == 1) {
-			if (w.error || !w.events)
-				log_debug("session %s: VMI watch %s after %.0f ms", s->id,
-				          w.error ? "sent an ERROR event" : "ended with no event",
-				          took_ms);
-			return 1;
-		}
-		return 0;
-	}
-	{
-		/* the token goes to the recorded address only while it is this
-		 * session's VMI's: checked (vmi_uid) and no call failed since. The
-		 * round's session_advance() has just read the VMI when it was not:
-		 * a check that failed is looked at again next round, never passed
-		 * over */
-		if (!vm->ip || !vm->vmi_uid)
-			return -1;
-		/* until the flag (or a failed setup), within wait_ms: an agent not
-		 * listening yet (the guest still boots) is asked again every
-		 * AGENT_RETRY_MS, its VMI read again first (at most every
-		 * VMI_RECHECK_S: a VMI that went away may leave its address to
-		 * another student's guest) */
-		double end = util_mono_s() + wait_ms / 1000.0;
-		double checked_at = 0;
-		for (;;) {
-			double t0 = util_mono_s();
-			int left = (int)((end - t0) * 1000.0);
-			if (left <= 0)
-				return 0;
-			cJSON *detail = NULL;
-			enum agent_ready r =
-			    agent_ready_wait(&x->agent, vm->ip, x->cfg->agent_port, vm->token, left,
-			                     x->cfg->agent_ready_timeout_ms, &detail);
-			const char *st = kj_str(detail, "state");
-			int setup_over = st && !strcmp(st, "setup_failed");
-			cJSON_Delete(detail);
-			if (r == AGENT_READY)
-				return 0; /* the next round records it, as the status GET does */
-			if (setup_over)
-				return 0;
-			/* an agent that answers at once without holding (an older one) */
-			if (r == AGENT_NOT_READY && util_mono_s() - t0 < 0.05)
-				return -1;
-			if (stopping)
-				return -1;
-			if (r == AGENT_UNREACHABLE) {
-				if (vm->vmi_uid) {
-					/* as advance_ready(): every reader checks the VMI again */
-					const char *p[2] = {s->id, vm->name};
-					db_cmd(&x->db,
-					       "UPDATE session_vms SET vmi_uid = NULL WHERE "
-					       "session_id = "
-					       "$1::uuid AND vm_name = $2",
-					       2, p);
-					free(vm->vmi_uid);
-					vm->vmi_uid = NULL;
-				}
-				usleep(AGENT_RETRY_MS * 1000);
-				if (util_mono_s() - checked_at >= VMI_RECHECK_S) {
-					char why[256];
-					if (session_vmi_check(x, s, vm, why, sizeof why) < 0) {
-						log_debug("session %s: %s: not asked again", s->id,
-						          why);
-						return -1;
-					}
-					checked_at = util_mono_s();
-				}
-			}
-		}
-	}
-	return -1;
-}
-
-/* One process drives a session at a time (sql/locks.md, 7305): 1 this one
- * does now, 0 another one does, -1 database trouble. */
-static int drive_lock(struct labctx *x, const char *id, int take)
-{
-	const char *p[1] = {id};
-	PGresult *r = db_exec(&x->db,
-	                      take ? "SELECT pg_try_advisory_lock(7305, hashtext($1))"
-	                           : "SELECT pg_advisory_unlock(7305, hashtext($1))",
-	                      1, p);
-	if (!r)
-		return -1;
-	int got = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
-	PQclear(r);
-	return got;
-}
-
-static void driver_step(struct labctx *x, const char *id, double *next_at, int *done, int *fails);
-
-static void driver_round(struct labctx *x, const char *id, double *next_at, int *done, int *fails)
-{
-	*done = 0;
-	*next_at = util_mono_s() + RETRY_S;
-	int lk = drive_lock(x, id, 1);
-	if (lk <= 0) {
-		/* another process drives it (or the database is away): look again
-		 * later, in case that one stops */
-		*next_at = util_mono_s() + (lk == 0 ? 1.0 : RETRY_S);
-		return;
-	}
-	driver_step(x, id, next_at, done, fails);
-	if (drive_lock(x, id, 0) < 0)
-		db_close(&x->db); /* a session lock must not outlive the round */
-}
-
-/* The pause before the next watch after fails watches in a row proved
- * nothing: none after the first (the state may just have changed), then
- * 0.1 s doubling up to WATCH_BACKOFF_MAX_S. */
-static double watch_backoff_s(int fails)
-{
-	if (fails <= 1)
-		return 0;
-	double d = 0.1;
-	for (int i = 2; i < fails && d < WATCH_BACKOFF_MAX_S; i++)
-		d *= 2;
-	return d < WATCH_BACKOFF_MAX_S ? d : WATCH_BACKOFF_MAX_S;
-}
-
-static void driver_step(struct labctx *x, const char *id, double *next_at, int *done, int *fails)
-{
-	struct session s;
-	int rc = session_load(x, id, &s);
-	if (rc == SESSION_NONE) {
-		*done = 1;
-		return;
-	}
-	if (rc != SESSION_FOUND)
-		return;
-	if (session_advance(x, &s) < 0) {
-		session_free(&s);
-		return;
-	}
-	if (s.state != SESSION_STARTING) {
-		*done = 1;
-		session_free(&s);
-		return;
-	}
-	pthread_mutex_lock(&jmu);
-	int others = 0;
-	for (size_t i = 0; i < njobs; i++)
-		others += !jobs[i].busy && jobs[i].watchers > 0;
-	pthread_mutex_unlock(&jmu);
-	int w = s.nvms ? driver_wait(x, &s, others ? HOLD_BUSY_MS : HOLD_MS) : -1;
-	if (w == 0) {
-		*fails = 0;
-		*next_at = util_mono_s();
-	} else if (w == 1) {
-		(*fails)++;
-		*next_at = util_mono_s() + watch_backoff_s(*fails);
-	}
-	session_free(&s);
-}
-
-static void *driver(void *arg)
-{
-	struct labctx x;
-	(void)arg;
-	if (labctx_init(&x, cfg, lessons) < 0)
-		return NULL;
-	/* a driver waits long on the agent: never on a connection kept from
-	 * another guest that had the same address */
-	x.agent.fresh = 1;
-	/* a held watch or /ready ends when the process stops */
-	x.kube.cancel = &stopping;
-	x.agent.cancel = &stopping;
-	pthread_mutex_lock(&jmu);
-	while (!stopping) {
-		struct job *pick = NULL;
-		double now = util_mono_s(), soonest = now + 1.0;
-		for (size_t i = 0; i < njobs; i++) {
-			struct job *j = &jobs[i];
-			if (j->busy || j->watchers <= 0)
-				continue;
-			if (j->next_at <= now && (!pick || j->next_at < pick->next_at))
-				pick = j;
-			else if (j->next_at < soonest)
-				soonest = j->next_at;
-		}
-		if (!pick) {
-			struct timespec ts;
-			struct timeval tv;
-			gettimeofday(&tv, NULL);
-			double wait = soonest - now;
-			double at =
-			    (double)tv.tv_sec + (double)tv.tv_usec / 1e6 + (wait > 0 ? wait : 0);
-			ts.tv_sec = (time_t)at;
-			ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-			pthread_cond_timedwait(&jcond, &jmu, &ts);
-			continue;
-		}
-		char id[40];
-		snprintf(id, sizeof id, "%s", pick->id);
-		pick->busy = 1;
-		int fails = pick->watch_fails;
-		pthread_mutex_unlock(&jmu);
-
-		double next_at;
-		int done;
-		db_reset_timer(&x.db);
-		kube_reset_timer(&x.kube);
-		driver_round(&x, id, &next_at, &done, &fails);
-
-		pthread_mutex_lock(&jmu);
-		struct job *j = job_find(id);
-		if (j) {
-			j->busy = 0;
-			j->next_at = next_at;
-			j->watch_fails = fails;
-			if (done || j->watchers <= 0)
-				job_remove_locked(j);
-		}
-	}
-	pthread_mutex_unlock(&jmu);
-	labctx_cleanup(&x);
-	return NULL;
-}
 
 /* ------------------------------------------------------------ streams */
 
@@ -441,7 +84,7 @@ static void watcher_close(size_t i)
 	FCGX_Finish_r(w->fr); /* the end of the answer; closes the connection */
 	free(w->fr);
 	if (w->driven)
-		job_unwatch(w->id);
+		drive_unwatch(w->id);
 	if (w->user && stream_slot_release(slot_db, w->user, w->slot) < 0) {
 		if (nunreleased == cap_unreleased) {
 			cap_unreleased = cap_unreleased ? cap_unreleased * 2 : 16;
@@ -489,15 +132,72 @@ static int catch_up(struct labctx *x, struct watcher *w)
 				return -1;
 			}
 			w->last = ev[i].seq;
-			if (ev[i].s.state != SESSION_STARTING) {
+			if (w->through ? !session_active(&ev[i].s)
+			               : ev[i].s.state != SESSION_STARTING) {
 				session_events_free(ev, n);
 				return 1;
 			}
+			if (w->through && ev[i].s.state == SESSION_READY)
+				w->warn_next = util_epoch_s(); /* look now, with the row as it is */
 		}
 		session_events_free(ev, n);
 		if (n < CATCHUP_LIMIT)
 			return 0;
 	}
+}
+
+/* A stream that goes on through ready (?until=end): at the moments the
+ * session's warning may change, look at the row; write `event: warning`
+ * when a warning (a new ends_at) begins; end the session when it is due
+ * (idle, expired: session_due, the same rule as every request and the
+ * reaper), whose event then ends the stream. 0 go on, -1 close it. */
+static int warn_look(struct labctx *x, struct watcher *w, double now)
+{
+	if (!w->through || w->warn_next <= 0 || now < w->warn_next)
+		return 0;
+	struct session s;
+	int rc = session_load(x, w->id, &s);
+	if (rc == SESSION_DBERR) {
+		w->warn_next = now + RECONNECT_S;
+		return 0;
+	}
+	if (rc == SESSION_NONE) {
+		return -1;
+	}
+	w->warn_next = 0;
+	struct session_due d = session_due(&s, s.t_now);
+	if (d.what == DUE_IDLE || d.what == DUE_EXPIRE) {
+		/* its state change notifies every stream of it, this one too */
+		if (session_advance(x, &s) < 0)
+			w->warn_next = now + RECONNECT_S;
+		session_free(&s);
+		return 0;
+	}
+	struct session_warning wn = session_warning(&s, s.t_now);
+	if (wn.kind != WARN_NONE && wn.ends_at != w->warned_ends) {
+		cJSON *o = jx_obj();
+		jx_add_str(o, "kind", session_warning_kind_str(wn.kind));
+		jx_add_str(o, "ends_at", wn.kind == WARN_IDLE ? s.idle_ends_at : s.expires_at);
+		jx_add_num(o, "remaining_s", (double)(long)(wn.ends_at - s.t_now + 0.999));
+		char *json = jx_print(o);
+		char *t = xasprintf("event: warning\ndata: %s\n\n", json);
+		cJSON_free(json);
+		cJSON_Delete(o);
+		int bad = put(w, t, strlen(t));
+		free(t);
+		if (bad) {
+			session_free(&s);
+			return -1;
+		}
+		w->warned_ends = wn.ends_at;
+	}
+	if (s.state == SESSION_READY) {
+		double next = session_warning_next(&s, s.t_now);
+		/* the database's clock to ours (they are one host's in practice) */
+		w->warn_next = next > 0 ? now + (next - s.t_now) : 0;
+	}
+	session_free(&s);
+	return 0;
 }
 
 static void catch_up_where(struct labctx *x, const char *id)
@@ -670,6 +370,15 @@ static void *stream_main(void *arg)
 				}
 			}
 		}
+		/* warnings and due ends of the streams that go on through ready */
+		double epoch = util_epoch_s();
+		for (size_t i = 0; i < nws;) {
+			if (warn_look(&x, &ws[i], epoch) < 0) {
+				watcher_close(i);
+				continue;
+			}
+			i++;
+		}
 		/* keepalive comments */
 		double now = util_mono_s();
 		for (size_t i = 0; i < nws;) {
@@ -779,14 +488,16 @@ int stream_slot_release(struct db *d, const char *user, int slot)
 }
 
 void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
-                  const char *user, int slot)
+                  const char *user, int slot, int through)
 {
-	struct watcher w = {fr, fr->ipcFd, {0}, last, util_mono_s(), starting, xstrdup(user), slot};
+	struct watcher w = {fr,       fr->ipcFd,     {0},  last,    util_mono_s(),
+	                    starting, xstrdup(user), slot, through, through ? util_epoch_s() : 0,
+	                    0};
 	struct timeval tv = {SEND_TIMEOUT_S, 0};
 	snprintf(w.id, sizeof w.id, "%s", session_id);
 	setsockopt(fr->ipcFd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	if (starting)
-		job_watch(session_id);
+		drive_watch(session_id);
 	pthread_mutex_lock(&mu);
 	if (npending == cap_pending) {
 		cap_pending = cap_pending ? cap_pending * 2 : 16;
@@ -823,18 +534,6 @@ int stream_start(const struct cfg *c, const struct lessons *ls)
 		log_err("event streams: cannot start the stream thread");
 		return -1;
 	}
-	driver_threads = calloc((size_t)c->stream_drivers + 1, sizeof *driver_threads);
-	if (!driver_threads) {
-		log_err("event streams: out of memory");
-		return -1;
-	}
-	for (int i = 0; i < c->stream_drivers; i++) {
-		if (pthread_create(&driver_threads[i], NULL, driver, NULL) != 0) {
-			log_err("event streams: cannot start driver %d", i);
-			return -1;
-		}
-		ndriver_threads++;
-	}
 	started = 1;
 	return 0;
 }
@@ -844,17 +543,7 @@ void stream_stop(void)
 	if (!started)
 		return;
 	stopping = 1;
-	pthread_mutex_lock(&jmu);
-	pthread_cond_broadcast(&jcond);
-	pthread_mutex_unlock(&jmu);
 	if (write(wake_pipe[1], "x", 1) < 0 && errno != EAGAIN)
 		log_warn("event streams: cannot wake the stream thread: %s", strerror(errno));
 	pthread_join(stream_thread, NULL);
-	/* a driver's held watch or /ready ends at its next progress check
-	 * (libcurl: about a second at the most), its agent retries at once */
-	for (int i = 0; i < ndriver_threads; i++)
-		pthread_join(driver_threads[i], NULL);
-	free(driver_threads);
-	driver_threads = NULL;
-	ndriver_threads = 0;
 }

@@ -15,13 +15,8 @@
  * Nothing here is state that outlives a request: the event ids are database
  * sequence numbers, so any process resumes any stream (Last-Event-ID).
  *
- * Drivers: while a stream watches a starting session, one of stream_drivers
- * threads moves it on the moment something happens (instead of at the
- * page's next poll): session_advance() as the status GET does, then a VMI
- * watch (until the phase changes) or the agent's held GET /ready?wait=S
- * (until the flag appears), each bounded by the stage's deadline, so a
- * stuck watch or agent costs that driver at most the time left. Nobody
- * watching: the status GET and the reaper move sessions on, as before. */
+ * A stream that watches a starting session has it driven meanwhile
+ * (drive.h): drive_watch() when adopted, drive_unwatch() when it ends. */
 #ifndef LABVM_FCGI_STREAM_H
 #define LABVM_FCGI_STREAM_H
 
@@ -31,7 +26,7 @@
 #include "lesson.h"
 #include "session.h"
 
-/* Start the stream thread and the drivers. 0 ok, -1 failure (logged). */
+/* Start the stream thread. 0 ok, -1 failure (logged). */
 int stream_start(const struct cfg *c, const struct lessons *ls);
 /* End every open stream (the clients reconnect elsewhere) and stop. */
 void stream_stop(void);
@@ -51,9 +46,13 @@ int stream_slot_release(struct db *d, const char *user, int slot);
 /* Take over fr (headers and the first events already written; its stdin
  * read to the end): from now on only the stream thread uses and finishes
  * it, and gives back the user's slot when it ends. `last` is the id of the
- * last event written. */
+ * last event written. through (?until=end, issue #28): the stream goes
+ * on past ready until the session ends or fails, and carries
+ * `event: warning` {"kind": "idle"|"expiry", "ends_at", "remaining_s"} once
+ * per warning, idle_warning_s before an idle end or an expiry; it also ends
+ * the session when session_due() says it is due (idle, expired). */
 void stream_adopt(FCGX_Request *fr, const char *session_id, long long last, int starting,
-                  const char *user, int slot);
+                  const char *user, int slot, int through);
 
 /* One event as the stream carries it: "id: SEQ\ndata: JSON\n\n" (malloc'd). */
 char *stream_event_text(long long seq, const struct session *s);

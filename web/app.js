@@ -337,6 +337,9 @@
     });
     once('leave-queue', () => endSession(S.session.id));
     $('failed-again').addEventListener('click', (e) => start(e.currentTarget.dataset.lesson));
+    $('ended-again').addEventListener('click', (e) => start(e.currentTarget.dataset.lesson));
+    $('idle-stay').addEventListener('click', () => L.lab && L.lab.stay());
+    $('idle-extend').addEventListener('click', () => L.lab && L.lab.extend());
     document.querySelectorAll('.to-lessons').forEach((b) => b.addEventListener('click', async () => {
       S.notice = null;
       showLessons(true);

@@ -182,8 +182,24 @@
     renderTabs();
   }
 
+  /* Who has a teacher's console open on this lab (session.watchers), and in
+   * which mode: the student always knows. */
+  function renderWatchers(s) {
+    const w = (s && s.watchers) || [];
+    const p = $('lab-watchers');
+    if (!p) return;
+    const ctl = w.filter((x) => x.mode === 'control').map((x) => x.user);
+    const view = w.filter((x) => x.mode !== 'control' && !ctl.includes(x.user)).map((x) => x.user);
+    const parts = [];
+    if (ctl.length) parts.push(t('lab.watchers.control', { users: [...new Set(ctl)].join(', ') }));
+    if (view.length) parts.push(t('lab.watchers.view', { users: [...new Set(view)].join(', ') }));
+    p.textContent = parts.join(' ');
+    p.hidden = parts.length === 0;
+  }
+
   function renderLab(s) {
     L.renderNote('lab-note');
+    renderWatchers(s);
     $('lab-title').textContent = L.lessonTitle(s.lesson);
     const g = $('grade');
     // aria-disabled, not disabled: a disabled button would drop the focus
@@ -193,9 +209,100 @@
     le.hidden = !S.labError;
     le.textContent = S.labError || '';
     renderRemaining();
+    renderIdle(s);
     renderGrade();
     if (lab && lab.console) lab.console.render();
     L.updateTitle();
+  }
+
+  /* ---------------------------------------- about to end (issue #28) */
+  // The session JSON says when a warning is due (warning_s before the next
+  // of idle_ends_at and expires_at) and, once it is, carries `warning`
+  // {kind, ends_at}. The page asks again at that moment, counts down while
+  // the banner shows (asking every few seconds: typing in the terminal
+  // postpones the idle end too), and once more at the end (which shows the
+  // ended view). Nothing is written into the terminal.
+  const WARN_POLL_MS = 3000;
+  let warnAsked = null;   // the warning moment already asked about
+  let warnPolled = 0;     // Date.now() of the last poll while the banner shows
+  let warnSaid = null;    // the ends_at announced to screen readers
+  let idleBusy = false;
+
+  function nextWarnAt(s) {
+    const ends = [Date.parse(s.idle_ends_at || ''), Date.parse(s.expires_at || '')].filter((v) => !isNaN(v));
+    if (!ends.length || typeof s.warning_s !== 'number') return null;
+    return Math.min(...ends) - s.warning_s * 1000;
+  }
+
+  function renderIdle(s) {
+    const b = $('idle-banner');
+    const w = s && s.state === 'ready' ? s.warning : null;
+    if (!w) {
+      b.hidden = true;
+      b.dataset.kind = '';
+      return;
+    }
+    const ends = Date.parse(w.ends_at);
+    const left = Math.max(0, (ends - L.serverNow()) / 1000);
+    b.dataset.kind = w.kind;
+    $('idle-banner-title').textContent = t('idle.title.' + w.kind);
+    $('idle-banner-text').textContent = t('idle.text.' + w.kind);
+    $('idle-countdown').textContent = L.fmtClock(left);
+    const stay = $('idle-stay'), ext = $('idle-extend');
+    stay.hidden = w.kind !== 'idle';
+    ext.hidden = w.kind !== 'expiry' || !(s.extensions_left > 0);
+    ext.textContent = t('idle.extendLeft', { min: Math.round((s.extend_minutes || 0) * 10) / 10, n: s.extensions_left });
+    stay.setAttribute('aria-disabled', String(idleBusy));
+    ext.setAttribute('aria-disabled', String(idleBusy));
+    b.hidden = false;
+    if (warnSaid !== w.ends_at) {
+      warnSaid = w.ends_at;
+      $('idle-banner-error').hidden = true;
+      L.announce('idle-live', t('idle.live.' + w.kind, { left: L.fmtDuration(left) }));
+    }
+  }
+
+  function idleTick() {
+    const s = S.session;
+    if (!s || s.state !== 'ready' || S.view !== 'lab' || L.session.refreshing()) return;
+    const now = L.serverNow();
+    if (s.warning) {
+      const ends = Date.parse(s.warning.ends_at);
+      // at the end (the GET ends it: the ended view), and every few seconds
+      if (now >= ends + 500 || Date.now() - warnPolled >= WARN_POLL_MS) {
+        warnPolled = Date.now();
+        L.session.refresh();
+      }
+      return;
+    }
+    const at = nextWarnAt(s);
+    if (at !== null && now >= at && warnAsked !== at) {
+      warnAsked = at;
+      warnPolled = Date.now();
+      L.session.refresh();
+    }
+  }
+
+  async function idleAct(what) {
+    const s = S.session;
+    if (!s || idleBusy) return;
+    idleBusy = true;
+    renderIdle(s);
+    const r = await api('POST', sessionPath(s.id) + '/' + what, {});
+    idleBusy = false;
+    if (!S.session || S.session.id !== s.id) return;
+    if (r.status === 200) {
+      L.announce('idle-live', what === 'extend'
+        ? t('idle.extended', { at: L.fmtTime(Date.parse(r.data.expires_at) - L.skew()) })
+        : t('idle.kept'));
+      L.session.show(r.data);
+      return;
+    }
+    const e = $('idle-banner-error');
+    e.textContent = L.errorText(r);
+    e.hidden = false;
+    renderIdle(S.session);
+    if (r.status === 409 || r.status === 404) L.session.refresh();
   }
 
   function remainingNow() {
@@ -293,6 +400,8 @@
 
   function tick() {
     renderRemaining();
+    if (S.session) renderIdle(S.session);
+    idleTick();
     if (lab && lab.console && lab.console.state === 'retrying') lab.console.render();
   }
 
@@ -315,6 +424,8 @@
     render: renderLab,
     grade,
     tick,
+    stay: () => idleAct('activity'),
+    extend: () => idleAct('extend'),
     reconnect() { if (lab && lab.console) lab.console.reconnectNow(); },
     showMachine,
   };

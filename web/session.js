@@ -261,7 +261,13 @@
   function renderEnded(s) {
     const r = s.end_reason;
     $('ended-text').textContent = r === 'user' ? t('ended.user')
-      : r === 'expired' ? t('ended.expired') : t('ended.other', { reason: r || s.state });
+      : r === 'expired' ? t('ended.expired')
+      : r === 'idle' ? t('ended.idle') : t('ended.other', { reason: r || s.state });
+    // an idle or expired lab: the same lesson again at one press
+    const again = $('ended-again');
+    again.hidden = r !== 'idle' && r !== 'expired';
+    again.dataset.lesson = s.lesson;
+    $('view-ended').dataset.reason = r || '';
   }
 
   function tick() {

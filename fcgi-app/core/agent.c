@@ -6,10 +6,10 @@
 
 #include <openssl/crypto.h>
 
+#include "callstats.h"
 #include "httpc.h"
 #include "jsonx.h"
 #include "log.h"
-#include "metrics.h"
 
 #define AGENT_MAX_BODY (1u << 20)
 #define SEEN_READY_S   2.0 /* how long a held answer's "ready" stands for a new look */
@@ -57,7 +57,7 @@ static long call(struct agent *a, const char *ip, int port, const char *token, c
 	if (!code)
 		snprintf(a->msg, sizeof a->msg, "agent at %s:%d unreachable: %s", ip, port, why);
 	a->ms += (util_mono_s() - t0) * 1000.0;
-	metrics_call(MC_AGENT, path, util_mono_s() - t0, code == 0 || code >= 500);
+	callstats_add(CALL_AGENT, path, util_mono_s() - t0, code == 0 || code >= 500);
 	return code;
 }
 

@@ -76,8 +76,12 @@ static const struct cfg_key keys[] = {
     I(db_idle_tx_timeout_s, "60", 2, 3600),
     S(console_user_from, "forwarded"),
     S(operators, ""),
+    S(teachers, ""),
+    I(teacher_extend_max_minutes, "60", 1, 24 * 60),
     S(log_format, "text"),
     S(session_network, "same-node"),
+    I(idle_minutes, "0", 0, 24 * 60),
+    I(idle_warning_s, "60", 1, 3600),
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -192,6 +196,13 @@ static int validate(struct cfg *c, char *err, size_t errlen)
 		return -1;
 	}
 	c->session_net_ovn = strcmp(c->session_network, "ovn-layer2") == 0;
+	if (c->idle_minutes && c->idle_minutes * 60L <= c->idle_warning_s) {
+		snprintf(err, errlen,
+		         "idle_minutes: %d min is not longer than idle_warning_s (%d s): the "
+		         "warning would come before anyone could be idle",
+		         c->idle_minutes, c->idle_warning_s);
+		return -1;
+	}
 	enum log_level lv;
 	if (log_level_parse(c->log_level, &lv) < 0) {
 		snprintf(err, errlen, "log_level: '%s' is not one of err, warn, info, debug",

@@ -56,12 +56,19 @@ struct cfg {
 	char *log_format;        /* text | json (core/log.c) */
 	char
 	    *operators; /* REMOTE_USERs allowed /api/metrics and /api/operator (comma/space list) */
+	char *teachers; /* REMOTE_USERs who teach every lesson (issue #29; comma/space list) */
+	int teacher_extend_max_minutes; /* one teacher's extend adds at most this much */
 	/* the L2 network of a multi-machine session: "same-node" (a CNI bridge
 	 * NAD and a required pod affinity on the session id, so that every
 	 * machine runs on one node) or "ovn-layer2" (an OVN-Kubernetes layer2
 	 * secondary network, which spans the nodes; no affinity) */
 	char *session_network;
 	int session_net_ovn; /* session_network is "ovn-layer2" (set by cfg_load) */
+	/* issue #28: a ready session nobody uses ends after idle_minutes (a
+	 * lesson's own idle_minutes wins; 0 = never), and the student is warned
+	 * idle_warning_s before an idle end or an expiry */
+	int idle_minutes;
+	int idle_warning_s;
 
 	/* label keys "<label_prefix>/<name>", built by cfg_load(); lab_pod marks
 	 * the lab Pods labvm creates (only they carry it: see manifest.h) */

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "callstats.h"
 #include "log.h"
-#include "metrics.h"
 #include "util.h"
 
 void db_init(struct db *d, const char *conninfo)
@@ -93,8 +93,8 @@ PGresult *db_exec(struct db *d, const char *sql, int n, const char *const *param
 	r = PQexecParams(d->conn, sql, n, NULL, params, NULL, NULL, 0);
 	d->ms += (util_mono_s() - t0) * 1000.0;
 	st = PQresultStatus(r);
-	metrics_call(MC_DB, sql, util_mono_s() - t0,
-	             !(r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)));
+	callstats_add(CALL_DB, sql, util_mono_s() - t0,
+	              !(r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)));
 	if (r && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
 		return r;
 	set_msg(d, "database", r ? PQresultErrorMessage(r) : PQerrorMessage(d->conn));

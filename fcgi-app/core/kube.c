@@ -9,9 +9,9 @@
 
 #include <openssl/crypto.h>
 
+#include "callstats.h"
 #include "httpc.h"
 #include "log.h"
-#include "metrics.h"
 
 #define KUBE_MAX_BODY  (32u << 20)
 #define TOKEN_REREAD_S 60.0
@@ -231,7 +231,7 @@ static long call_once(struct kube *k, const char *method, const char *path, cons
 	free(url);
 	k->ms += (util_mono_s() - t0) * 1000.0;
 	k->calls++;
-	metrics_call(MC_CLUSTER, method, util_mono_s() - t0, code == 0 || code >= 500);
+	callstats_add(CALL_CLUSTER, method, util_mono_s() - t0, code == 0 || code >= 500);
 	log_debug("kube %s %s -> %ld (%.1f ms)", method, path, code, (util_mono_s() - t0) * 1000.0);
 	return code;
 }

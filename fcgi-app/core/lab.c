@@ -42,3 +42,8 @@ int lab_min_orphan_grace_s(const struct cfg *c, const struct lessons *ls, const 
 	}
 	return cfg_min_orphan_grace_machines(c, (long)most);
 }
+
+int lab_idle_s(const struct cfg *c, const struct lesson *l)
+{
+	return l->idle_s >= 0 ? l->idle_s : c->idle_minutes * 60;
+}

@@ -26,4 +26,8 @@ int labctx_init(struct labctx *x, const struct cfg *c, const struct lessons *ls)
 int lab_min_orphan_grace_s(const struct cfg *c, const struct lessons *ls, const char **which);
 void labctx_cleanup(struct labctx *x);
 
+/* A session of lesson l ends after this many idle seconds (issue #28): the
+ * lesson's idle_minutes, else the configured default; 0 = never. */
+int lab_idle_s(const struct cfg *c, const struct lesson *l);
+
 #endif

@@ -174,6 +174,14 @@ int lesson_machine_index(const struct lesson *l, const char *name)
 	return -1;
 }
 
+int lesson_has_teacher(const struct lesson *l, const char *user)
+{
+	for (size_t i = 0; user && i < l->nteachers; i++)
+		if (strcmp(l->teachers[i], user) == 0)
+			return 1;
+	return 0;
+}
+
 const struct lesson *lessons_find(const struct lessons *ls, const char *id)
 {
 	for (size_t i = 0; i < ls->n; i++)
@@ -203,6 +211,9 @@ static void guide_free(struct lesson_guide *g)
 
 void lesson_free(struct lesson *l)
 {
+	for (size_t i = 0; i < l->nteachers; i++)
+		free(l->teachers[i]);
+	free(l->teachers);
 	for (size_t i = 0; i < l->nfiles; i++) {
 		free(l->files[i].path);
 		free(l->files[i].content);

@@ -82,9 +82,20 @@ struct lesson {
 	char *machine;
 	struct lesson *machines;
 	size_t nmachines;
-	int warm;      /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	int warm; /* VMs kept ready ahead of a press (the warm pool); 0 = none */
+	/* issue #28, in seconds: "idle_minutes" (-1 absent: the configured
+	 * default; 0 never), "extend_minutes" (default 15) and "max_extensions"
+	 * (default 2). Minutes may have a fraction (0.5 = 30 s): time-scaled
+	 * tests and benchmarks use that. */
+	int idle_s;
+	int extend_s;
+	int max_extensions;
 	char hash[41]; /* content hash: the first 40 hex digits of the file's SHA-256 */
 	struct lesson_guide guide, guide_ja; /* the lesson's own (not a machine's) */
+	/* "teachers": REMOTE_USERs who teach this lesson (besides labvm.conf
+	 * `teachers` and the operators, who teach every lesson; issue #29) */
+	char **teachers;
+	size_t nteachers;
 };
 
 /* How many VMs a session of this lesson has, and the i-th one's lesson. */
@@ -135,6 +146,8 @@ int lesson_guides_load(struct lesson *l, const char *dir, char *err, size_t errl
 const struct lesson_guide *lesson_guide_for(const struct lesson *l, const char *lang,
                                             const char **served);
 const struct lesson *lessons_find(const struct lessons *ls, const char *id);
+/* user is named in the lesson's own "teachers" */
+int lesson_has_teacher(const struct lesson *l, const char *user);
 void lesson_free(struct lesson *l);
 void lessons_free(struct lessons *ls);
 

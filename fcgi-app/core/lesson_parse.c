@@ -19,10 +19,12 @@
 /* ------------------------------------------------------------ the key tables */
 
 enum key_type {
-	KEY_STR,  /* a string (char *): NULL, or def, when absent */
-	KEY_INT,  /* an integer (int) in min..max: idef when absent */
-	KEY_ENUM, /* a string naming an enum value (stored as int): idef when absent */
-	KEY_OWN,  /* an object or array: read by `read`, or (read NULL) by the code named */
+	KEY_STR,     /* a string (char *): NULL, or def, when absent */
+	KEY_INT,     /* an integer (int) in min..max: idef when absent */
+	KEY_ENUM,    /* a string naming an enum value (stored as int): idef when absent */
+	KEY_OWN,     /* an object or array: read by `read`, or (read NULL) by the code named */
+	KEY_MINUTES, /* minutes, a fraction allowed, stored as whole seconds (int; at least 1
+	              * when above 0): idef seconds when absent, 0..max minutes */
 };
 
 /* flags */
@@ -82,6 +84,7 @@ static int quantity_ok(const char *v)
 static int read_lesson_ja(const cJSON *v, void *dst, char *err, size_t errlen);
 static int read_files(const cJSON *v, void *dst, char *err, size_t errlen);
 static int read_step_ja(const cJSON *v, void *dst, char *err, size_t errlen);
+static int read_teachers(const cJSON *v, void *dst, char *err, size_t errlen);
 
 /* A lesson's keys, read in this order (each value's rule as it is read, then
  * the rules between keys, parse_obj). A machine is the lesson with the keys
@@ -107,12 +110,17 @@ static const struct lesson_key lesson_keys[] = {
     {"ready_timeout_s", KEY_INT, L(ready_timeout_s), .idef = 300, .min = 1, .max = 86400},
     {"grade_timeout_s", KEY_INT, L(grade_timeout_s), .idef = 0, .min = 1, .max = 3600},
     {"warm", KEY_INT, L(warm), .idef = 0, .min = 0, .max = 1000},
+    /* issue #28: idle ending (-1 absent: the configured idle_minutes) and extensions */
+    {"idle_minutes", KEY_MINUTES, L(idle_s), .idef = -1, .max = 24 * 60},
+    {"extend_minutes", KEY_MINUTES, L(extend_s), .idef = 15 * 60, .max = 24 * 60},
+    {"max_extensions", KEY_INT, L(max_extensions), .idef = 2, .min = 0, .max = 100},
     {"disk", KEY_ENUM, L(disk), KEY_MACHINE, .idef = DISK_CONTAINERDISK, .parse = lesson_disk_parse,
      .must = "\"golden\", \"containerdisk\" or \"datavolume\""},
     {"files", KEY_OWN, .flags = KEY_MACHINE, .read = read_files},
-    {"grader", KEY_OWN, .flags = KEY_MACHINE}, /* parse_steps: the lesson's, each machine's */
-    {"machines", KEY_OWN},                     /* parse_machines */
-    {"guide", KEY_OWN},                        /* parse_guide_paths: the lesson's own */
+    {"grader", KEY_OWN, .flags = KEY_MACHINE},    /* parse_steps: the lesson's, each machine's */
+    {"machines", KEY_OWN},                        /* parse_machines */
+    {"guide", KEY_OWN},                           /* parse_guide_paths: the lesson's own */
+    {"teachers", KEY_OWN, .read = read_teachers}, /* issue #29: who teaches it */
 };
 
 /* "i18n": {"ja": {...}} of a lesson */
@@ -235,6 +243,22 @@ static int read_key(const cJSON *o, const struct lesson_key *k, void *dst, int e
 		*(int *)(void *)slot = v;
 		return 0;
 	}
+	case KEY_MINUTES: {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k->name);
+		int *dst_s = (int *)(void *)slot;
+		if (!v || cJSON_IsNull(v)) {
+			*dst_s = k->idef;
+			return 0;
+		}
+		if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= k->max)) {
+			snprintf(err, errlen, "\"%s\" must be a number of minutes in 0..%d",
+			         k->name, k->max);
+			return -1;
+		}
+		double sec = v->valuedouble * 60.0;
+		*dst_s = sec > 0 && sec < 1 ? 1 : (int)(sec + 0.5);
+		return 0;
+	}
 	case KEY_OWN:
 		return k->read
 		           ? k->read(cJSON_GetObjectItemCaseSensitive(o, k->name), dst, err, errlen)
@@ -288,6 +312,36 @@ static int read_step_ja(const cJSON *v, void *dst, char *err, size_t errlen)
 	struct grader_step *st = dst;
 	const cJSON *ja = ja_of(v);
 	return ja ? get_str(ja, "name", 0, &st->name_ja, err, errlen) : 0;
+}
+
+/* "teachers": ["user", ...]: REMOTE_USERs (1..128 bytes, no control bytes) */
+static int read_teachers(const cJSON *a, void *dst, char *err, size_t errlen)
+{
+	struct lesson *l = dst;
+	const cJSON *it;
+	if (!a || cJSON_IsNull(a))
+		return 0;
+	if (!cJSON_IsArray(a)) {
+		snprintf(err, errlen, "\"teachers\" must be an array of user names");
+		return -1;
+	}
+	l->teachers = xcalloc((size_t)cJSON_GetArraySize(a) + 1, sizeof *l->teachers);
+	cJSON_ArrayForEach(it, a)
+	{
+		int ok = cJSON_IsString(it) && it->valuestring[0] && strlen(it->valuestring) <= 128;
+		for (const char *c = ok ? it->valuestring : ""; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				ok = 0;
+		if (!ok) {
+			snprintf(err, errlen,
+			         "teachers[%zu]: must be a user name (1..128 bytes, no control "
+			         "characters)",
+			         l->nteachers);
+			return -1;
+		}
+		l->teachers[l->nteachers++] = xstrdup(it->valuestring);
+	}
+	return 0;
 }
 
 /* "files": its items by file_keys, then where each may go (lesson.h) */
@@ -351,6 +405,13 @@ static int parse_obj(const cJSON *o, struct lesson *l, int each_machine, char *e
 	}
 	if (l->warm && l->runtime != RUNTIME_VM) {
 		snprintf(err, errlen, "\"warm\" is for VM lessons (runtime \"vm\")");
+		goto fail;
+	}
+	if (l->max_extensions > 0 && l->extend_s == 0) {
+		snprintf(err, errlen,
+		         "\"extend_minutes\" is 0 but \"max_extensions\" is %d: an extension "
+		         "would add nothing (set max_extensions to 0 for none)",
+		         l->max_extensions);
 		goto fail;
 	}
 	if (l->disk == DISK_GOLDEN && (!l->golden_pvc || !util_dns_label_ok(l->golden_pvc))) {

@@ -1,100 +1,15 @@
-/* metrics.c - event counters in PostgreSQL and per-process call histograms
- * flushed there as deltas (see metrics.h). */
+/* metrics.c - event counters in PostgreSQL, and the flusher that adds this
+ * process's call histograms (callstats.h) there as deltas (see metrics.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "callstats.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
-
-const double metrics_call_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                       0.25,  0.5,    1,     2.5,  5,     10};
-#define NB ((int)(sizeof metrics_call_buckets / sizeof metrics_call_buckets[0]))
-const int metrics_call_nbuckets = NB;
-
-const char *const metrics_call_name[MC_N] = {
-    "labvm_cluster_request",
-    "labvm_agent_request",
-    "labvm_db_query",
-};
-
-#define NSLOTS 64
-
-struct slot {
-	int used;
-	enum metric_call kind;
-	char verb[24];
-	unsigned long long bucket[NB + 1]; /* per bucket (not cumulative); [NB] = above the last */
-	unsigned long long count, errors;
-	double sum;
-};
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct slot slots[NSLOTS];
-
-static void verb_of(enum metric_call kind, const char *v, char *out, size_t n)
-{
-	size_t i = 0;
-	if (!v)
-		v = "";
-	if (kind == MC_AGENT && *v == '/')
-		v++;
-	while (*v == ' ' || *v == '\t' || *v == '\n')
-		v++;
-	for (; v[i] && i + 1 < n; i++) {
-		char ch = v[i];
-		if (kind == MC_DB) { /* the statement's first word, upper case */
-			if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')))
-				break;
-			if (ch >= 'a' && ch <= 'z')
-				ch = (char)(ch - 'a' + 'A');
-		} else if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		             (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
-			break; /* agent: the path's first segment */
-		}
-		out[i] = ch;
-	}
-	out[i] = '\0';
-	if (!out[0])
-		snprintf(out, n, "other");
-}
-
-void metrics_call(enum metric_call kind, const char *verb, double seconds, int error)
-{
-	char v[24];
-	int b;
-	verb_of(kind, verb, v, sizeof v);
-	for (b = 0; b < NB && seconds > metrics_call_buckets[b]; b++)
-		;
-	pthread_mutex_lock(&mu);
-	struct slot *s = NULL, *fr = NULL;
-	for (int i = 0; i < NSLOTS; i++) {
-		if (slots[i].used && slots[i].kind == kind && strcmp(slots[i].verb, v) == 0) {
-			s = &slots[i];
-			break;
-		}
-		if (!slots[i].used && !fr)
-			fr = &slots[i];
-	}
-	if (!s && fr) {
-		s = fr;
-		memset(s, 0, sizeof *s);
-		s->used = 1;
-		s->kind = kind;
-		snprintf(s->verb, sizeof s->verb, "%s", v);
-	}
-	if (s) {
-		s->bucket[b]++;
-		s->count++;
-		s->sum += seconds;
-		if (error)
-			s->errors++;
-	}
-	pthread_mutex_unlock(&mu);
-}
 
 void metrics_escape(char *out, size_t outlen, const char *v)
 {
@@ -154,18 +69,9 @@ static void row(struct buf *n, struct buf *l, struct buf *v, const char *name, c
 
 int metrics_flush(struct db *d, const char *env)
 {
-	struct slot snap[NSLOTS];
-	int n = 0, rc = 0;
-
-	pthread_mutex_lock(&mu);
-	for (int i = 0; i < NSLOTS; i++)
-		if (slots[i].used && slots[i].count) {
-			snap[n++] = slots[i];
-			slots[i].count = slots[i].errors = 0;
-			slots[i].sum = 0;
-			memset(slots[i].bucket, 0, sizeof slots[i].bucket);
-		}
-	pthread_mutex_unlock(&mu);
+	struct callstat snap[CALLSTATS_MAX];
+	int rc = 0;
+	int n = callstats_take(snap);
 	if (!n)
 		return 0;
 
@@ -174,16 +80,16 @@ int metrics_flush(struct db *d, const char *env)
 	buf_puts(&labels, "{");
 	buf_puts(&values, "{");
 	for (int i = 0; i < n; i++) {
-		const struct slot *s = &snap[i];
-		const char *base = metrics_call_name[s->kind];
+		const struct callstat *s = &snap[i];
+		const char *base = callstats_name[s->kind];
 		char name[96], lab[128], verb[64];
 		unsigned long long cum = 0;
 		metrics_escape(verb, sizeof verb, s->verb);
-		for (int b = 0; b <= NB; b++) {
+		for (int b = 0; b <= CALLSTATS_NBUCKETS; b++) {
 			cum += s->bucket[b];
-			if (b < NB)
+			if (b < CALLSTATS_NBUCKETS)
 				snprintf(lab, sizeof lab, "verb=\"%s\",le=\"%g\"", verb,
-				         metrics_call_buckets[b]);
+				         callstats_buckets[b]);
 			else
 				snprintf(lab, sizeof lab, "verb=\"%s\",le=\"+Inf\"", verb);
 			snprintf(name, sizeof name, "%s_duration_seconds_bucket", base);
@@ -217,19 +123,7 @@ int metrics_flush(struct db *d, const char *env)
 		         r ? PQresultErrorMessage(r) : d->msg);
 		if (d->conn && PQstatus(d->conn) != CONNECTION_OK)
 			d->broken = 1;
-		/* put the deltas back */
-		pthread_mutex_lock(&mu);
-		for (int i = 0; i < n; i++)
-			for (int j = 0; j < NSLOTS; j++)
-				if (slots[j].used && slots[j].kind == snap[i].kind &&
-				    strcmp(slots[j].verb, snap[i].verb) == 0) {
-					for (int b = 0; b <= NB; b++)
-						slots[j].bucket[b] += snap[i].bucket[b];
-					slots[j].count += snap[i].count;
-					slots[j].errors += snap[i].errors;
-					slots[j].sum += snap[i].sum;
-				}
-		pthread_mutex_unlock(&mu);
+		callstats_put_back(snap, n);
 		rc = -1;
 	}
 	PQclear(r);
@@ -247,16 +141,6 @@ static pthread_cond_t flusher_cv = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct db flusher_db;
 static char *flusher_env;
-
-static int pending(void)
-{
-	int any = 0;
-	pthread_mutex_lock(&mu);
-	for (int i = 0; i < NSLOTS && !any; i++)
-		any = slots[i].used && slots[i].count;
-	pthread_mutex_unlock(&mu);
-	return any;
-}
 
 /* The flusher's connection is not a worker's: it says so (application_name
  * labvm-metrics; db.c names every connection "labvm" when it connects). */
@@ -283,7 +167,7 @@ static void *flusher_main(void *arg)
 		until.tv_sec += METRICS_FLUSH_S;
 		pthread_cond_timedwait(&flusher_cv, &flusher_mu, &until);
 		pthread_mutex_unlock(&flusher_mu);
-		if (pending()) {
+		if (callstats_pending()) {
 			flusher_connect();
 			metrics_flush(&flusher_db, flusher_env);
 		}

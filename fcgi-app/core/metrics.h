@@ -1,28 +1,18 @@
 /* metrics.h - the event side of the Prometheus endpoint: counters that must
  * survive processes and hosts live in PostgreSQL (metric_counters, migration
  * 003), one UPSERT per event; call-latency histograms (cluster, agent,
- * database) are summed per process and added to the same table as deltas by
- * a flusher thread every METRICS_FLUSH_S seconds (and at exit), so any
- * process's scrape shows what every process saw, at most that much late.
- * The scrape side (reading and formatting) is fcgi-app/api_metrics.c. */
+ * database) are summed per process in memory (callstats.h) and added to the
+ * same table as deltas by a flusher thread every METRICS_FLUSH_S seconds
+ * (and at exit), so any process's scrape shows what every process saw, at
+ * most that much late. The scrape side (reading and formatting) is
+ * fcgi-app/api_metrics.c. Above db.c: db.c records its calls in callstats.h,
+ * never here. */
 #ifndef LABVM_CORE_METRICS_H
 #define LABVM_CORE_METRICS_H
 
 #include "db.h"
 
 #define METRICS_FLUSH_S 5
-
-enum metric_call { MC_CLUSTER = 0, MC_AGENT, MC_DB, MC_N };
-
-/* Upper bounds (seconds) of the call histograms' buckets, then +Inf. */
-extern const double metrics_call_buckets[];
-extern const int metrics_call_nbuckets;
-/* Metric base names of the call histograms, by kind. */
-extern const char *const metrics_call_name[MC_N];
-
-/* Record one call (thread-safe, no I/O). verb: the HTTP method, the agent
- * path or the SQL statement (its first word is used). */
-void metrics_call(enum metric_call kind, const char *verb, double seconds, int error);
 
 /* Add v to one counter row: one UPSERT. labels: Prometheus label text or "".
  * 0 ok, -1 database error (the event is lost, the caller goes on). */

@@ -9,6 +9,7 @@
 
 #include "jsonx.h"
 #include "log.h"
+#include "runtime.h"
 #include "util.h"
 
 #define MI (1024LL * 1024LL)
@@ -139,7 +140,7 @@ int nodefit_check(const struct nodefit *f, const struct lesson *l, int same_node
                   size_t whylen)
 {
 	size_t nm = lesson_nmachines(l);
-	int vm = l->runtime != RUNTIME_POD;
+	int vm = runtime_of(l->runtime)->kvm; /* a VM: a kvm device and the launcher's overhead */
 	/* nodes for VMs: those with KubeVirt's device plugin (kvm); none with
 	 * it at all: software emulation, every node, no slot count */
 	int any_kvm = 0;

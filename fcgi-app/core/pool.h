@@ -1,11 +1,13 @@
 /* pool.h - the warm pool: lab VMs made, set up and ready before anyone
  * presses Start, handed out at the press (issue #18).
  *
- * A pool VM is made by the same builders as a session's VM (cloudinit_build,
- * manifest_secret, manifest_vm, the owner patch, golden_check) under the same
- * capacity lock and count; its labels carry <prefix>/pool = the lesson and
- * <prefix>/lesson-hash = the lesson's content hash instead of a session id.
- * Its row in pool_vms (sql/003_pool.sql) goes
+ * A pool VM is made by the one way to make a lab machine (provision.h: the
+ * same plan, golden check and objects as a session's VM) under the same
+ * capacity lock, admitted by the same admission_decide (ADM_POOL_FILL: the
+ * seats the waiting line waits for are the line's); its labels carry
+ * <prefix>/pool = the lesson and <prefix>/lesson-hash = the lesson's content
+ * hash instead of a session id. Its row in pool_vms (sql/006_pool.sql;
+ * pool_vm.h) goes
  *
  *   starting --agent /ready 200--> ready --press--> claimed  (the session's VM for good)
  *   starting|ready --stale, failed, surplus, yielded--> deleted (VM and Secret deleted)
@@ -30,6 +32,10 @@
 
 enum { POOL_CLAIMED = 0, POOL_NONE = 1, POOL_DBERR = -1 };
 
+/* Does lesson l keep a warm pool (its runtime keeps one, and it is a single
+ * machine)? Only such lessons are claimed, filled and warmed. */
+int pool_lesson(const struct lesson *l);
+
 /* Claim a ready pool VM of lesson l for user, inside the caller's open
  * transaction (after the user lock and the open-session check): the row is
  * taken with FOR UPDATE SKIP LOCKED (two presses never get the same VM, in
@@ -47,6 +53,10 @@ int pool_claim(struct labctx *x, const struct lesson *l, const char *user, doubl
  * transaction. 1 the seats were yielded, 0 not that many idle pool VMs (none
  * deleted), -1 database trouble. */
 int pool_yield(struct labctx *x, const char *for_lesson, int seats, int need);
+
+/* Idle pool VMs (starting or ready) of this environment: the seats a
+ * yield could free. -1 on database trouble. */
+long pool_idle(struct labctx *x);
 
 struct pool_counts {
 	int created, became_ready, failed, stale, surplus, vanished, full, held, errors;

@@ -1,21 +1,32 @@
-/* session.h - a lab session as stored in PostgreSQL, its JSON form, and the
- * state machine shared by labvm.fcgi and labvm-reaper:
+/* session.h - a lab session as stored in PostgreSQL (its row, its machines,
+ * its JSON form, its events), what is due for it, and the leases; shared by
+ * labvm.fcgi, labvm-reaper and labvm-console:
  *
- *   starting --VMI Running--> (running_at) --agent /ready 200--> ready
- *   starting --deadline or setup failure--> failed   (VM and Secret deleted)
- *   starting|ready --user, expiry--> ended            (VM and Secret deleted)
+ *   starting --every machine Running--> (running_at) --every machine ready--> ready
+ *   starting --deadline or setup failure--> failed   (machines and Secrets deleted)
+ *   starting|ready --user, operator, expiry--> ended (machines and Secrets deleted)
  *
- * Every transition is a conditional UPDATE, so concurrent pollers (several
- * browser tabs, several FastCGI processes, the reaper) record each timestamp
- * once and the first one to decide wins.
+ * Every transition is a conditional UPDATE (session_change.h, their only
+ * writer), so concurrent pollers (several browser tabs, several FastCGI
+ * processes, the reaper) record each timestamp once and the first one to
+ * decide wins. What moves a starting session on is its runtime's look
+ * (runtime.h advance), as session_due() says it is due (advance.c).
  *
- * To add a stage: a value in enum session_stage and its name in stage_names
- * (session.c), the same name in the CHECK constraint (a new sql/ migration),
- * set_stage() where the cluster or the agent shows it (advance_running or
- * advance_ready in session.c); if it has a deadline of its own, a case in
- * session_due() and a row in tests/unit/test_session_due.c; its label on
- * the page (web/app.js, web/i18n.js). The reaper and the API follow
- * session_due() and need no change. */
+ * To add a stage:
+ *   - its value in enum session_stage (below, in order) and its name in
+ *     stage_names (session.c), the same name in both CHECK constraints
+ *     (sessions.stage, session_vms.stage: a new sql/NNN_*.sql migration,
+ *     which sql/migrate applies);
+ *   - where the cluster or the agent shows it: session_set_stage() /
+ *     session_set_vm_stage() (session_change.h) in the runtime's look
+ *     (runtime_vm.c look_running, runtime_pod.c look_running); if it has a
+ *     deadline of its own, a case in session_due() (advance.c) and rows in
+ *     tests/unit/test_session_due.c;
+ *   - its label on the pages: web/session.js (STAGES), web/index.html (the
+ *     <li data-stage> list), web/i18n.js (stage.* and stage.short.*, EN and
+ *     JA; the operator page reads them too).
+ * The reaper, the API, the event stream and the metrics follow session_due()
+ * and the names and need no change. */
 #ifndef LABVM_CORE_SESSION_H
 #define LABVM_CORE_SESSION_H
 
@@ -57,12 +68,21 @@ struct session {
 	char *disk_source, *fallback_reason;
 	char *created_at, *submitted_at, *running_at, *ready_at, *ended_at, *expires_at;
 	char *end_reason, *error, *last_grade, *graded_at;
-	char *pool_vm; /* the warm pool VM this session claimed, or NULL (pool.h) */
+	char *pool_vm;  /* the warm pool VM this session claimed, or NULL (pool.h) */
+	char *watchers; /* JSON array: teachers' consoles open now (sql/013), or NULL */
 	int running_timeout_s, ready_timeout_s;
 	double t_submitted, t_running, t_expires, t_now; /* epoch seconds, 0 when unset */
 	struct session_vm *vms;
 	size_t nvms;
 	char *network; /* the session's NetworkAttachmentDefinition, NULL when none */
+	/* issue #28 (sql/012): the last activity (NULL before ready), the idle
+	 * end's seconds (0 = never), what an extension adds and how many are
+	 * left; idle_ends_at is last_activity_at + idle_s as text (meaningful
+	 * only where session_idle_ends() > 0); warn_s is the configured
+	 * idle_warning_s (set by the load) */
+	char *last_activity_at, *idle_ends_at;
+	double t_activity;
+	int idle_s, extend_s, extensions_left, warn_s;
 };
 
 /* The VM of machine `name` (NULL or "": the first); NULL when none. */
@@ -75,6 +95,8 @@ int session_load(struct labctx *x, const char *id, struct session *s);
 /* The user's active (starting or ready) session. */
 int session_load_active(struct labctx *x, const char *user, struct session *s);
 void session_free(struct session *s);
+/* Load s again by its id (after a change). 0 / -1. */
+int session_reload(struct labctx *x, struct session *s);
 
 /* A stage or state change, as recorded by sql/007_session_events.sql: the
  * session as it was right after the change (s.t_now is the time of the
@@ -104,6 +126,11 @@ int session_stage_parse(const char *v);
  *
  *   ready and now >= expires_at             -> DUE_EXPIRE (end it, "expired");
  *        minutes count from ready: a starting session has its start deadlines
+ *   ready, idle ending on (idle_s > 0) and now >= last_activity_at + idle_s
+ *                                           -> DUE_IDLE (end it, "idle"); when
+ *        both have passed, the earlier deadline names the end (a tie: expired).
+ *        Only a ready session is ever idle: starting ones have their start
+ *        deadlines, and warm pool VMs are no sessions
  *   starting without a VM                   -> DUE_NO_VM  (fail it)
  *   starting, not Running yet               -> DUE_RUNNING: ask the cluster;
  *        overdue when now > submitted_at + running_timeout_s
@@ -113,13 +140,34 @@ int session_stage_parse(const char *v);
  *
  * An overdue stage still gets its last look: a VM that is Running at the
  * deadline is not failed. The runtime (vm, pod) does not change the rules. */
-enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY };
+enum session_due_what { DUE_NOTHING, DUE_EXPIRE, DUE_NO_VM, DUE_RUNNING, DUE_READY, DUE_IDLE };
 struct session_due {
 	enum session_due_what what;
 	int overdue;     /* DUE_RUNNING / DUE_READY: the deadline has passed */
 	double deadline; /* epoch seconds of that deadline, 0 when none */
 };
 struct session_due session_due(const struct session *s, double now);
+
+/* When a ready session ends for idleness (epoch seconds: last activity +
+ * idle_s), or 0: idle ending is off, or the session is not ready. */
+double session_idle_ends(const struct session *s);
+
+/* What the student is warned of at `now` (pure, like session_due): the
+ * next of the idle end and the expiry, once it is warn_s away or closer.
+ * When the idle end would come after the expiry, the expiry is the
+ * warning. */
+enum session_warning_kind { WARN_NONE, WARN_IDLE, WARN_EXPIRY };
+struct session_warning {
+	enum session_warning_kind kind;
+	double ends_at; /* epoch seconds, 0 with WARN_NONE */
+	double from;    /* when this warning began (ends_at - warn_s) */
+};
+struct session_warning session_warning(const struct session *s, double now);
+/* "idle" | "expiry" | "none" */
+const char *session_warning_kind_str(enum session_warning_kind k);
+/* The next moment session_warning() may change its answer by time alone
+ * (a warning starts or its deadline passes), or 0 when none is ahead. */
+double session_warning_next(const struct session *s, double now);
 
 /* Leases: at most one readiness probe, one grade and one tty-size request to
  * the agent in flight per session, across every labvm.fcgi process (a
@@ -130,40 +178,20 @@ enum session_lease_kind { LEASE_PROBE, LEASE_GRADE, LEASE_TTY };
 int session_lease_take(struct labctx *x, const char *id, enum session_lease_kind k, long ms);
 void session_lease_release(struct labctx *x, const char *id, enum session_lease_kind k);
 
-/* Re-read the session's VMI before its agent token goes anywhere: the VMI
- * named after the VM, labelled with this session's id, Running, with an
- * address. A new VMI (the VM was powered off and on: new uid, new address)
- * is recorded. 0 vm->ip is this session's VMI's address now; -1 not (msg). */
-int session_vmi_check(struct labctx *x, const struct session *s, struct session_vm *vm, char *msg,
-                      size_t msglen);
-
 /* The API's JSON form (no secrets). */
 cJSON *session_json(const struct session *s);
 
-/* Move a starting session on (readiness, deadlines) and end an expired one;
- * reloads s when it changed. 0 ok, -1 database trouble (x->db.msg). */
+/* Move a starting session on (readiness, deadlines: its runtime's look,
+ * runtime.h) and end an expired one (advance.c); reloads s when it changed.
+ * 0 ok, -1 database trouble (x->db.msg). */
 int session_advance(struct labctx *x, struct session *s);
 
 /* The longest error a session row keeps, in bytes (cut on a character). */
 #define SESSION_ERROR_MAX 1023
 
-/* End (SESSION_ENDED) or fail (SESSION_FAILED) an active session, then delete
- * its cluster objects. error (any bytes: a guest's or a Pod's text) is
- * stored as valid UTF-8, cut to SESSION_ERROR_MAX. Should the row refuse it
- * anyway, a fixed ASCII error is stored instead; the objects are deleted
- * whether or not the row could be written (a session that cannot be marked
- * ended now holds no seat: its next look finds its machines gone).
- * Idempotent; reloads s. 0 ok, -1 database trouble. */
-int session_finish(struct labctx *x, struct session *s, enum session_state state,
-                   const char *end_reason, const char *error);
-
 /* A lab Pod (as the API shows it) that has ended: 1 and why in out (the
  * container's exit code, reason and message; valid UTF-8, cut on a
- * character to fit n), else 0. */
+ * character to fit n), else 0 (runtime_pod.c: its runtime's ended()). */
 int session_pod_ended(const cJSON *pod, char *out, size_t n);
-
-/* Delete the session's VMs (or pods) and, explicitly, their Secrets; marks
- * them deleted in the database. Returns how many objects could not be deleted. */
-int session_delete_objects(struct labctx *x, struct session *s);
 
 #endif

@@ -20,8 +20,19 @@ static int sign(const unsigned char *key, size_t keylen, const char *msg, size_t
 	return 0;
 }
 
+const char *ticket_role_str(enum ticket_role r)
+{
+	return r == TICKET_VIEW ? "view" : r == TICKET_CONTROL ? "control" : "owner";
+}
+
 char *ticket_make(const unsigned char *key, size_t keylen, const char *sid, const char *user,
                   const char *vm, int64_t exp)
+{
+	return ticket_make_role(key, keylen, sid, user, vm, exp, TICKET_OWNER);
+}
+
+char *ticket_make_role(const unsigned char *key, size_t keylen, const char *sid, const char *user,
+                       const char *vm, int64_t exp, enum ticket_role role)
 {
 	char nonce[33];
 	unsigned char mac[32];
@@ -34,7 +45,8 @@ char *ticket_make(const unsigned char *key, size_t keylen, const char *sid, cons
 	if (!o || !cJSON_AddStringToObject(o, "sid", sid) ||
 	    !cJSON_AddStringToObject(o, "u", user) || !cJSON_AddStringToObject(o, "vm", vm) ||
 	    !cJSON_AddNumberToObject(o, "exp", (double)exp) ||
-	    !cJSON_AddStringToObject(o, "n", nonce)) {
+	    !cJSON_AddStringToObject(o, "n", nonce) ||
+	    (role != TICKET_OWNER && !cJSON_AddStringToObject(o, "r", ticket_role_str(role)))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -105,6 +117,17 @@ enum ticket_status ticket_verify(const unsigned char *key, size_t keylen, const 
 	    copy_str(o, "n", out->nonce, sizeof out->nonce) < 0 || !cJSON_IsNumber(exp))
 		goto out;
 	out->exp = (int64_t)exp->valuedouble;
+	const cJSON *role = cJSON_GetObjectItemCaseSensitive(o, "r");
+	if (role) {
+		if (!cJSON_IsString(role))
+			goto out;
+		if (strcmp(role->valuestring, "view") == 0)
+			out->role = TICKET_VIEW;
+		else if (strcmp(role->valuestring, "control") == 0)
+			out->role = TICKET_CONTROL;
+		else
+			goto out; /* an unknown role is no ticket */
+	}
 	st = now > out->exp ? TICKET_EXPIRED : TICKET_OK;
 out:
 	cJSON_Delete(o);

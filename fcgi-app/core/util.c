@@ -460,3 +460,11 @@ char *utf8_asprintf(size_t max_bytes, const char *fmt, ...)
 	va_end(ap);
 	return s;
 }
+
+int util_name_index(const char *const *names, size_t n, const char *v)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (names[i] && strcmp(names[i], v) == 0)
+			return (int)i;
+	return -1;
+}

@@ -54,6 +54,9 @@ int64_t util_epoch_s(void);
 /* Read a whole file (at most max bytes, else error); malloc'd and NUL-terminated.
  * Returns NULL and sets errno on failure. */
 char *util_read_file(const char *path, size_t max, size_t *len);
+/* The index of v in a table of n names (the closed sets' enums: states,
+ * stages, verdicts; NULL entries skipped), -1 when it is none of them. */
+int util_name_index(const char *const *names, size_t n, const char *v);
 /* Strip trailing whitespace in place. */
 void util_rstrip(char *s);
 

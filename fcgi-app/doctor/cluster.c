@@ -1,5 +1,5 @@
 /* cluster.c - labvm-doctor's checks 1-3: credentials, permissions, APIs
- * (and the cluster facts the later checks read: doctor.h doc_*()). */
+ * (the cluster facts they and the later checks read are facts.c's). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,121 +9,8 @@
 #include "doctor_gen.h"
 #include "jsonx.h"
 #include "perms.h"
+#include "runtime.h"
 #include "util.h"
-
-/* ------------------------------------------------------------------ facts */
-
-int doc_api(struct doc *d)
-{
-	if (d->api >= 0)
-		return d->api;
-	/* who the token is (authentication.k8s.io/v1 SelfSubjectReview, GA in
-	 * 1.28); a cluster without it: any authenticated read says as much */
-	cJSON *req = jx_obj(), *out = NULL;
-	jx_add_str(req, "apiVersion", "authentication.k8s.io/v1");
-	jx_add_str(req, "kind", "SelfSubjectReview");
-	long code = kube_call(&d->x.kube, "POST",
-	                      "/apis/authentication.k8s.io/v1/selfsubjectreviews", req, NULL, &out);
-	cJSON_Delete(req);
-	if (code == 201 || code == 200) {
-		const char *u = kj_str(out, "status.userInfo.username");
-		snprintf(d->user, sizeof d->user, "%s", u ? u : "");
-		d->api = 1;
-	} else if (code == 403 || code == 404) {
-		/* authenticated (403: it may not ask; 404: too old to answer) */
-		cJSON_Delete(out);
-		out = NULL;
-		long c2 = kube_get(&d->x.kube, "/api", &out);
-		d->api = c2 == 200;
-		if (!d->api)
-			snprintf(d->api_why, sizeof d->api_why, "%s", d->x.kube.msg);
-	} else {
-		snprintf(d->api_why, sizeof d->api_why, "%s", d->x.kube.msg);
-		d->api = 0;
-	}
-	cJSON_Delete(out);
-	return d->api;
-}
-
-static void fetch_groups(struct doc *d)
-{
-	if (d->groups || !doc_api(d))
-		return;
-	cJSON *out = NULL;
-	if (kube_get(&d->x.kube, "/apis", &out) == 200)
-		d->groups = out;
-	else
-		cJSON_Delete(out);
-}
-
-const cJSON *doc_group(struct doc *d, const char *group)
-{
-	fetch_groups(d);
-	const cJSON *it;
-	cJSON_ArrayForEach(it, kj_get(d->groups, "groups"))
-	{
-		const char *n = kj_str(it, "name");
-		if (n && strcmp(n, group) == 0)
-			return it;
-	}
-	return NULL;
-}
-
-/* the group serves version (one of its versions[]) */
-static int group_has_version(const cJSON *g, const char *version)
-{
-	const cJSON *v;
-	cJSON_ArrayForEach(v, kj_get(g, "versions"))
-	{
-		const char *s = kj_str(v, "version");
-		if (s && strcmp(s, version) == 0)
-			return 1;
-	}
-	return 0;
-}
-
-int doc_serves(struct doc *d, const char *group, const char *version, const char *resource)
-{
-	if (!doc_api(d))
-		return 0;
-	char *path =
-	    *group ? xasprintf("/apis/%s/%s", group, version) : xasprintf("/api/%s", version);
-	cJSON *out = NULL;
-	int found = 0;
-	if (kube_get(&d->x.kube, path, &out) == 200) {
-		const cJSON *r;
-		cJSON_ArrayForEach(r, kj_get(out, "resources"))
-		{
-			const char *n = kj_str(r, "name");
-			if (n && strcmp(n, resource) == 0)
-				found = 1;
-		}
-	}
-	cJSON_Delete(out);
-	free(path);
-	return found;
-}
-
-const cJSON *doc_kubevirt(struct doc *d)
-{
-	if (d->kubevirt_asked || !doc_api(d))
-		return d->kubevirt;
-	d->kubevirt_asked = 1;
-	cJSON *out = NULL;
-	d->kubevirt_code = kube_get(&d->x.kube, "/apis/kubevirt.io/v1/kubevirts", &out);
-	const cJSON *items = kj_get(out, "items");
-	if (d->kubevirt_code == 200 && cJSON_GetArraySize(items) > 0)
-		d->kubevirt = cJSON_Duplicate(cJSON_GetArrayItem(items, 0), 1);
-	cJSON_Delete(out);
-	return d->kubevirt;
-}
-
-int doc_emulation(struct doc *d)
-{
-	const cJSON *v = kj_get(doc_kubevirt(d), "spec.configuration.developerConfiguration."
-	                                         "useEmulation");
-	return cJSON_IsTrue(v);
-}
 
 /* ---------------------------------------------------------- 1 credentials */
 
@@ -397,7 +284,7 @@ static int api_group(struct doc *d, const char *group, const char *version, cons
                      int need, const char *why, const char *fix)
 {
 	const cJSON *g = doc_group(d, group);
-	int ok = g && group_has_version(g, version) && doc_serves(d, group, version, resource);
+	int ok = g && doc_group_has_version(g, version) && doc_serves(d, group, version, resource);
 	if (ok) {
 		doc_line(d, DOC_OK, NULL, "%s/%s serves %s%s%s", group, version, resource,
 		         need ? ": " : " (no lesson needs it)", need ? why : "");
@@ -406,7 +293,7 @@ static int api_group(struct doc *d, const char *group, const char *version, cons
 	char what[160];
 	if (!g)
 		snprintf(what, sizeof what, "the API group %s is not served", group);
-	else if (!group_has_version(g, version))
+	else if (!doc_group_has_version(g, version))
 		snprintf(what, sizeof what, "%s is served, but not its version %s", group, version);
 	else
 		snprintf(what, sizeof what, "%s/%s does not serve %s", group, version, resource);
@@ -435,7 +322,7 @@ static void lessons_with(const struct doc *d, int (*pred)(const struct lesson *)
 
 static int is_vm(const struct lesson *l)
 {
-	return l->runtime == RUNTIME_VM;
+	return runtime_of(l->runtime)->kvm;
 }
 
 static int has_machines(const struct lesson *l)
@@ -445,7 +332,7 @@ static int has_machines(const struct lesson *l)
 
 static int uses_cdi(const struct lesson *l)
 {
-	for (size_t m = 0; l->runtime == RUNTIME_VM && m < lesson_nmachines(l); m++)
+	for (size_t m = 0; runtime_of(l->runtime)->has_disk && m < lesson_nmachines(l); m++)
 		if (lesson_machine(l, m)->disk != DISK_CONTAINERDISK)
 			return 1;
 	return 0;
@@ -522,7 +409,7 @@ void check_apis(struct doc *d)
 	long code = kube_get(&d->x.kube, "/version", &v);
 	version_line(d, 0, code == 200 ? kj_str(v, "gitVersion") : NULL, "");
 	cJSON_Delete(v);
-	if (!d->groups && (fetch_groups(d), !d->groups)) {
+	if (!d->groups && (doc_fetch_groups(d), !d->groups)) {
 		doc_line(d, DOC_FAIL, "check that the API server answers GET /apis (discovery)",
 		         "the API groups cannot be listed: %s", d->x.kube.msg);
 		return;

@@ -14,14 +14,13 @@
 
 #include "doctor.h"
 #include "doctor_gen.h"
+#include "locks.h"
 #include "pgconn.h"
 #include "util.h"
 
 /* The reaper runs every minute (conf/k8s/labvm-backend.yaml's CronJob,
  * conf/crontab): this long without a complete pass means it stopped. */
 #define REAPER_STALE_S 600
-/* labvm-doctor's own advisory lock namespace (sql/locks.md) */
-#define LOCK_DOCTOR    "7307"
 #define NOTIFY_WAIT_MS 3000
 
 static long long age_of(const char *rfc3339)

@@ -39,6 +39,9 @@ struct doc {
 	struct labctx x;        /* the reaper's: this process's cluster client and database */
 	int json;
 	int canary; /* --canary / --no-canary (check 6) */
+	const char
+	    *console_url;     /* --console: labvm-console's address (NULL: ws://console_listen) */
+	const char *internet; /* --internet HOST:PORT the canaries should reach (NULL: none) */
 	const struct check *cur;
 	cJSON *results; /* every line, for --json */
 	int n[3];       /* lines by verdict */
@@ -61,6 +64,10 @@ void doc_line(struct doc *d, enum verdict v, const char *fix, const char *fmt, .
 /* 1 when the API server takes this process's token (check 1 asked: the
  * other checks say "not checked" instead of failing again); why in d->api_why. */
 int doc_api(struct doc *d);
+/* GET /apis into d->groups (once; it stays NULL when that failed). */
+void doc_fetch_groups(struct doc *d);
+/* The APIGroup entry g lists version among its versions[]. */
+int doc_group_has_version(const cJSON *g, const char *version);
 /* The served group's preferred version's APIGroup entry from /apis, or NULL. */
 const cJSON *doc_group(struct doc *d, const char *group);
 /* 1 when group/version serves resource (GET /apis/<group>/<version>). */

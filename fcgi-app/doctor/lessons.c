@@ -11,6 +11,7 @@
 #include "check_lesson.h"
 #include "doctor.h"
 #include "golden.h"
+#include "runtime.h"
 #include "util.h"
 
 static int by_name(const void *a, const void *b)
@@ -115,7 +116,8 @@ static void golden_lines(struct doc *d)
 	}
 	for (size_t i = 0; i < d->lessons.n; i++) {
 		const struct lesson *les = &d->lessons.v[i];
-		for (size_t m = 0; les->runtime == RUNTIME_VM && m < lesson_nmachines(les); m++) {
+		for (size_t m = 0; runtime_of(les->runtime)->has_disk && m < lesson_nmachines(les);
+		     m++) {
 			const struct lesson *l = lesson_machine(les, m);
 			if (l->disk != DISK_GOLDEN)
 				continue;

@@ -1,6 +1,7 @@
 /* labvm-doctor - before the class, check that this cluster can really run labs.
  *
  *   labvm-doctor [--json] [--only CHECK[,CHECK...]] [--canary | --no-canary]
+ *                [--console ws[s]://HOST:PORT] [--internet HOST:PORT | none]
  *   labvm-doctor --permissions
  *
  * The same labvm.conf ($LABVM_CONF, default /etc/labvm/labvm.conf) and
@@ -23,7 +24,13 @@
 #include "jsonx.h"
 #include "log.h"
 #include "perms.h"
+#include "runtime.h"
 #include "util.h"
+
+/* What the canaries try as "the internet" by default (--internet): a public
+ * anycast resolver's HTTPS port, which answers from almost anywhere. The
+ * tests always name an address of their own simulator instead. */
+#define DOCTOR_INTERNET "1.1.1.1:443"
 
 /* The checks, in the order they run. A new one (the canary's end-to-end lab
  * is check 6) is one more row: it reads what the earlier ones learnt through
@@ -43,7 +50,9 @@ static const struct check checks[] = {
      check_nodes},
     {5, "lessons", "every lesson passes labvm.fcgi --check; each golden lesson's PVC decision",
      check_lessons},
-    {6, "canary", "a lab end to end: ready, console, grader, the fence (not in this build)",
+    {6, "canary",
+     "two labs end to end: ready, console, grader, the fence between them; ended and "
+     "reclaimed",
      check_canary},
     {7, "reaper", "the reaper runs: its CronJob, its last pass in the database", check_reaper},
     {7, "database", "migrated to this build's schema; session locks and LISTEN/NOTIFY work",
@@ -107,7 +116,7 @@ void doc_gib(char *out, size_t n, long long bytes)
 int doc_need_vms(const struct doc *d)
 {
 	for (size_t i = 0; i < d->lessons.n; i++)
-		if (d->lessons.v[i].runtime == RUNTIME_VM)
+		if (runtime_of(d->lessons.v[i].runtime)->kvm)
 			return 1;
 	return 0;
 }
@@ -117,7 +126,8 @@ int doc_need_cdi(const struct doc *d)
 	int need = 0;
 	for (size_t i = 0; i < d->lessons.n; i++) {
 		const struct lesson *l = &d->lessons.v[i];
-		for (size_t m = 0; l->runtime == RUNTIME_VM && m < lesson_nmachines(l); m++) {
+		for (size_t m = 0; runtime_of(l->runtime)->has_disk && m < lesson_nmachines(l);
+		     m++) {
 			enum lesson_disk k = lesson_machine(l, m)->disk;
 			if (k == DISK_DATAVOLUME)
 				need = 2;
@@ -173,6 +183,7 @@ int doc_print_permissions(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: labvm-doctor [--json] [--only CHECK[,CHECK...]] [--canary|--no-canary]\n"
+	           "                    [--console ws[s]://HOST:PORT] [--internet HOST:PORT|none]\n"
 	           "       labvm-doctor --permissions\n"
 	           "  Checks that this cluster and database can run labs, before the class.\n"
 	           "  Config from $LABVM_CONF (default " CFG_DEFAULT_PATH ").\n"
@@ -236,6 +247,7 @@ int main(int argc, char **argv)
 
 	log_init("labvm-doctor", LOG_ERR);
 	d->canary = 1;
+	d->internet = DOCTOR_INTERNET;
 	d->api = -1;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0) {
@@ -248,6 +260,20 @@ int main(int argc, char **argv)
 			d->canary = 0;
 		} else if (strcmp(argv[i], "--canary") == 0) {
 			d->canary = 1;
+		} else if (strcmp(argv[i], "--console") == 0 && i + 1 < argc) {
+			d->console_url = argv[++i];
+			if (strncmp(d->console_url, "ws://", 5) != 0 &&
+			    strncmp(d->console_url, "wss://", 6) != 0) {
+				fprintf(stderr, "labvm-doctor: --console: a ws:// or wss:// URL\n");
+				return 2;
+			}
+		} else if (strcmp(argv[i], "--internet") == 0 && i + 1 < argc) {
+			d->internet = strcmp(argv[i + 1], "none") == 0 ? NULL : argv[i + 1];
+			i++;
+			if (d->internet && !strrchr(d->internet, ':')) {
+				fprintf(stderr, "labvm-doctor: --internet: HOST:PORT or none\n");
+				return 2;
+			}
 		} else if (strcmp(argv[i], "--permissions") == 0) {
 			return doc_print_permissions();
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -9,6 +9,7 @@
 
 #include "doctor.h"
 #include "nodefit.h"
+#include "runtime.h"
 #include "util.h"
 
 struct node_info {
@@ -77,7 +78,7 @@ static void charge_pods(struct doc *d, struct node_info *ns, size_t n)
 static long long room_for(const struct node_info *ns, size_t n, const int *use,
                           const struct lesson *l, int same_node, int emulation, long long *each)
 {
-	int vm = l->runtime == RUNTIME_VM;
+	int vm = runtime_of(l->runtime)->kvm;
 	size_t nm = lesson_nmachines(l);
 	long long biggest = 0, total = 0;
 	for (size_t i = 0; i < nm; i++) {
@@ -118,7 +119,7 @@ static void capacity(struct doc *d, const struct node_info *ns, size_t n, const 
 	int bad = 0;
 	for (size_t i = 0; i < d->lessons.n; i++) {
 		const struct lesson *l = &d->lessons.v[i];
-		if ((l->runtime == RUNTIME_VM) != vm || never[i])
+		if (runtime_of(l->runtime)->kvm != vm || never[i])
 			continue; /* a lesson that never fits has its own line */
 		long long each;
 		long long room = room_for(ns, n, use, l, same_node, emulation, &each);
@@ -291,7 +292,7 @@ void check_nodes(struct doc *d)
 		int nnever = 0, multi = 0;
 		for (size_t i = 0; i < d->lessons.n; i++) {
 			const struct lesson *l = &d->lessons.v[i];
-			int vm = l->runtime == RUNTIME_VM;
+			int vm = runtime_of(l->runtime)->kvm;
 			f.n = 0;
 			for (size_t j = 0; j < n; j++) {
 				if (!(vm ? vmuse[j] : poduse[j]))

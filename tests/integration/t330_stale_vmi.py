@@ -4,8 +4,10 @@ from the session's own VMI before the token goes anywhere. A guest that died
 and was restarted (runStrategy Always: a new VMI, a new address) is graded
 at its new address; an old address reused by another student's VMI never
 receives this session's token: not from a grade, not from tty-size, not
-from the event stream's driver once the VMI check has failed (a recorder
-in place of the other student's agent keeps what reaches it)."""
+from the status GET's readiness probe (the VMI read again on every look, not
+trusted from the row until a call fails), not from the event stream's
+driver once the VMI check has failed (a recorder in place of the other
+student's agent keeps what reaches it)."""
 import os
 import signal
 import time
@@ -194,6 +196,34 @@ def driver_stops_after_failed_check():
     finally:
         kube.clear_faults()
         st.close()
+    api.end(sid)
+    other.end(so["id"])
+
+
+@t.test(name="the status GET's probe of a starting session: its VMI replaced and the old "
+             "address reused by another student's VMI before any call failed, the token goes "
+             "to the session's own new VMI, never to the old address")
+def probe_reused():
+    api = Api("student338")
+    api.end_current()
+    s = api.start("test-hold").json
+    sid = s["id"]
+    # setting_up, its agent answering (not ready yet): the row has the VMI's
+    # address and uid, and the probes ask that agent
+    wait_until(lambda: api.get(sid).json["stage"] == "setting_up" and all(row(sid)), 180, 0.2,
+               "setting_up, the agent answering")
+    # from here on nobody looks at student338's session until the one GET below
+    old, new = crash_guest(s)
+    old_ip = old["status"]["interfaces"][0]["ipAddress"]
+    other, so = reuse_for_other(old_ip, "student339")
+    t.eq(row(sid)[0], old_ip, "the row still names the old address (no call failed yet)")
+    r = api.get(sid)
+    t.eq(r.status, 200, "the status GET answers", r)
+    mine = token_hash(token(sid))
+    t.eq([e["path"] for e in records(kube, vm_of(so)) if e.get("auth") == mine], [],
+         "student338's token never went to the old address")
+    t.eq(row(sid), (new["status"]["interfaces"][0]["ipAddress"], new["metadata"]["uid"]),
+         "the row has the new VMI's address and uid")
     api.end(sid)
     other.end(so["id"])
 

@@ -63,7 +63,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 PGBIN = "/usr/lib/postgresql/15/bin"
 PASSWORD = "labvm"    # the students' (HTTP Basic); the database's is random per state folder
 USERS = 200          # the demo's students: student1..student200
-TEST_USERS = 400     # test stacks have more, so suites can each reserve their own
+TEST_USERS = 440     # test stacks have more, so suites can each reserve their own (t191_idle, t797: 400-439)
 
 
 class StackError(Exception):
@@ -406,8 +406,14 @@ class Stack:
             "console_path": "/console/",
             "orphan_grace_s": "300",  # >= the longest start of kubeadm-cluster
             "operators": "operator",
+            "teachers": "teacher1",
             "log_level": "info",
         }
+        if self.extra_lessons:
+            # issue #28: the idle test lessons (tests/lessons/test-idle*.json,
+            # test-class-idle.json) end after 12 s without activity; the
+            # warning comes 4 s before (--check refuses a warning as long)
+            conf["idle_warning_s"] = "4"
         if not self.demo:
             # suites start and end many labs per user; t310 tests the limit
             # on a labvm.fcgi of its own (tests/lib/fcgiclient.py)
@@ -428,6 +434,11 @@ class Stack:
             for i in range(1, (USERS if self.demo else TEST_USERS) + 1):
                 f.write(f"student{i}:{h}\n")
             f.write(f"teacher:{h}\n")
+            # the teacher's room (issue #29): teacher1 teaches every lesson
+            # (labvm.conf teachers), teacher2 linux-basics (its lesson's
+            # "teachers"), teacher3 nothing
+            for i in (1, 2, 3):
+                f.write(f"teacher{i}:{h}\n")
             f.write(f"operator:{h}\n")
         os.chmod(out, 0o644)
         return out

@@ -54,7 +54,8 @@ int main(void)
 			printf("# %s: %s\n", k, err);
 		all &= ok;
 	}
-	CHECK(all && n == 22, "each of the %zu lesson keys --check knows is read by lesson_parse",
+	/* 26: issue #29's teachers, issue #28's idle_minutes, extend_minutes, max_extensions */
+	CHECK(all && n == 26, "each of the %zu lesson keys --check knows is read by lesson_parse",
 	      n);
 
 	/* each key in a machine: allowed exactly when the table marks it */
@@ -99,8 +100,29 @@ int main(void)
 	          !l.shell && !l.setup && strcmp(l.files[0].mode, "0644") == 0 &&
 	          l.steps[0].timeout_s == 0 && l.steps[0].machine == 0,
 	      "defaults: 60 minutes, 1 cpu, 150/300 s, 1Gi, containerdisk, files 0644");
+	CHECK(rc == 0 && l.idle_s == -1 && l.extend_s == 900 && l.max_extensions == 2,
+	      "defaults (issue #28): idle_minutes the configured one (-1), extend_minutes 15, "
+	      "max_extensions 2");
 	if (rc == 0)
 		lesson_free(&l);
+
+	/* minutes with a fraction are seconds; a tiny one at least 1 s; the rules */
+	snprintf(json, sizeof json,
+	         "{%s, \"idle_minutes\": 0.2, \"extend_minutes\": 0.001, \"max_extensions\": 1}",
+	         BASE);
+	rc = lesson_parse(json, strlen(json), &l, err, sizeof err);
+	CHECK(rc == 0 && l.idle_s == 12 && l.extend_s == 1 && l.max_extensions == 1,
+	      "idle_minutes 0.2 is 12 s, extend_minutes 0.001 is 1 s");
+	if (rc == 0)
+		lesson_free(&l);
+	snprintf(json, sizeof json, "{%s, \"extend_minutes\": 0, \"max_extensions\": 1}", BASE);
+	int bad = lesson_parse(json, strlen(json), &l, err, sizeof err) < 0 &&
+	          strstr(err, "extend_minutes");
+	snprintf(json, sizeof json, "{%s, \"idle_minutes\": -1}", BASE);
+	bad &= lesson_parse(json, strlen(json), &l, err, sizeof err) < 0 &&
+	       strstr(err, "idle_minutes") != NULL;
+	CHECK(bad,
+	      "extensions of 0 minutes and a negative idle_minutes are refused, naming the key");
 
 	/* each set's names are unique (a row twice would be read twice) */
 	static const enum lesson_key_set sets[] = {LESSON_KEYS, LESSON_JA_KEYS, LESSON_FILE_KEYS,

@@ -18,6 +18,8 @@
 #define READY_DL    (T_RUNNING + READY_TO) /* 1400 */
 #define EXPIRES     (T_CREATED + 3600) /* while starting: not a deadline (minutes count from ready) */
 #define EXPIRES_RDY (T_READY + 3600)   /* reset when ready */
+#define IDLE_S      600                /* issue #28: idle ending after 10 minutes */
+#define IDLE_END    (T_READY + IDLE_S) /* no activity since ready: 1800 */
 
 /* the clock positions */
 static const double clocks[] = {
@@ -28,12 +30,14 @@ static const double clocks[] = {
     EXPIRES,      /* exactly at created_at + minutes: a starting session does not expire */
     EXPIRES_RDY,  /* exactly at a ready session's expiry */
     EXPIRES_RDY + 1,
+    IDLE_END - 1, /* a second before a ready session's idle end */
+    IDLE_END,     /* exactly at it: due */
 };
 #define NCLOCKS (sizeof clocks / sizeof clocks[0])
 
 /* What is due at each clock position, one letter each:
  *   n nothing   x expire   v no VM   r wait for Running   R ... overdue
- *   y wait for the ready flag   Y ... overdue */
+ *   y wait for the ready flag   Y ... overdue   i end it for idleness */
 struct fixture {
 	const char *name;
 	enum session_state state;
@@ -42,28 +46,47 @@ struct fixture {
 	double expires;
 	const char *want; /* NCLOCKS letters */
 	double deadline;  /* of r/R/y/Y */
+	int idle_s;       /* idle ending (0: off) */
+	int activity;     /* last_activity_at recorded (at T_READY) */
 };
 
 static const struct fixture fixtures[] = {
     /* name, state, stage, submitted, running, ready, VMs, expires_at, due, deadline */
     {"starting/submitted, submission in flight", SESSION_STARTING, STAGE_SUBMITTED, 0, 0, 0, 1,
-     EXPIRES, "rrrrrrr", 0},
-    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "rrRRRRR",
+     EXPIRES, "rrrrrrrrr", 0},
+    {"starting/submitted", SESSION_STARTING, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "rrRRRRRRR",
      RUN_DL},
-    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES, "rrRRRRR",
+    {"starting/scheduling", SESSION_STARTING, STAGE_SCHEDULING, 1, 0, 0, 1, EXPIRES, "rrRRRRRRR",
      RUN_DL},
-    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRRRR", RUN_DL},
-    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "yyyYYYY",
+    {"starting/booting", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRRRRRR", RUN_DL},
+    {"starting/setting_up", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "yyyYYYYYY",
      READY_DL},
     {"starting/booting without a VM", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 0, EXPIRES,
-     "vvvvvvv", 0},
+     "vvvvvvvvv", 0},
     {"starting/booting, no expiry recorded", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, 0,
-     "rrRRRRR", RUN_DL},
-    {"ready/ready", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnxx", 0},
-    {"failed/booting", SESSION_FAILED, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "nnnnnnn", 0},
-    {"failed/setting_up", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "nnnnnnn", 0},
-    {"ended/ready", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnnn", 0},
-    {"ended/submitted", SESSION_ENDED, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "nnnnnnn", 0},
+     "rrRRRRRRR", RUN_DL},
+    {"ready/ready", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnxxnn", 0},
+    {"failed/booting", SESSION_FAILED, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "nnnnnnnnn", 0},
+    {"failed/setting_up", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES, "nnnnnnnnn", 0},
+    {"ended/ready", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnnnnn", 0},
+    {"ended/submitted", SESSION_ENDED, STAGE_SUBMITTED, 1, 0, 0, 1, EXPIRES, "nnnnnnnnn", 0},
+    /* issue #28: idle ending (only a ready session is ever idle) */
+    {"ready/ready, idle on", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnniiini", 0,
+     IDLE_S, 1},
+    {"ready/ready, idle end after the expiry", SESSION_READY, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY,
+     "nnnnnxxnn", 0, 7200, 1},
+    {"ready/ready, idle end at the expiry (a tie: expired)", SESSION_READY, STAGE_READY, 1, 1, 1, 1,
+     EXPIRES_RDY, "nnnnnxxnn", 0, 3600, 1},
+    {"ready/ready, idle on, no activity recorded", SESSION_READY, STAGE_READY, 1, 1, 1, 1,
+     EXPIRES_RDY, "nnnnnxxnn", 0, IDLE_S, 0},
+    {"starting/setting_up, idle on", SESSION_STARTING, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
+     "yyyYYYYYY", READY_DL, IDLE_S, 1},
+    {"starting/booting, idle on", SESSION_STARTING, STAGE_BOOTING, 1, 0, 0, 1, EXPIRES, "rrRRRRRRR",
+     RUN_DL, IDLE_S, 1},
+    {"ended/ready, idle on", SESSION_ENDED, STAGE_READY, 1, 1, 1, 1, EXPIRES_RDY, "nnnnnnnnn", 0,
+     IDLE_S, 1},
+    {"failed/setting_up, idle on", SESSION_FAILED, STAGE_SETTING_UP, 1, 1, 0, 1, EXPIRES,
+     "nnnnnnnnn", 0, IDLE_S, 1},
 };
 
 static char letter(struct session_due d)
@@ -79,6 +102,8 @@ static char letter(struct session_due d)
 		return d.overdue ? 'R' : 'r';
 	case DUE_READY:
 		return d.overdue ? 'Y' : 'y';
+	case DUE_IDLE:
+		return 'i';
 	}
 	return '?';
 }
@@ -101,6 +126,9 @@ static void make(struct session *s, const struct fixture *f, enum lesson_runtime
 	s->t_expires = f->expires;
 	s->vms = vm;
 	s->nvms = (size_t)f->nvms;
+	s->idle_s = f->idle_s;
+	s->t_activity = f->activity ? T_READY : 0;
+	s->warn_s = 60;
 }
 
 int main(void)
@@ -121,12 +149,51 @@ int main(void)
 					ok = d.deadline == fx->deadline;
 				if (ok && got == 'x')
 					ok = d.deadline == fx->expires;
+				if (ok && got == 'i')
+					ok = d.deadline == T_READY + fx->idle_s;
 				CHECK(ok, "%s (%s) at t=%.0f: %c", fx->name,
 				      lesson_runtime_str(runtimes[r]), clocks[c], want);
 				if (!ok)
 					printf("#   got %c, deadline %.0f\n", got, d.deadline);
 			}
 		}
+	}
+
+	/* the warnings (issue #28): warn_s 60 before the next of the idle end
+	 * and the expiry */
+	struct {
+		const char *name;
+		int fixture; /* index into fixtures */
+		double now;
+		enum session_warning_kind kind;
+		double ends_at, next;
+	} warns[] = {
+	    {"idle on: no warning a second before it starts", 12, IDLE_END - 61, WARN_NONE, 0,
+	     IDLE_END - 60},
+	    {"idle on: the warning starts warn_s before the idle end", 12, IDLE_END - 60, WARN_IDLE,
+	     IDLE_END, IDLE_END},
+	    {"idle on: still warned a second before", 12, IDLE_END - 1, WARN_IDLE, IDLE_END,
+	     IDLE_END},
+	    {"idle on: at the idle end no warning (it is due)", 12, IDLE_END, WARN_NONE, 0, 0},
+	    {"idle after the expiry: the expiry is warned", 13, EXPIRES_RDY - 30, WARN_EXPIRY,
+	     EXPIRES_RDY, EXPIRES_RDY},
+	    {"idle off: the expiry is warned", 7, EXPIRES_RDY - 60, WARN_EXPIRY, EXPIRES_RDY,
+	     EXPIRES_RDY},
+	    {"idle off: nothing before", 7, EXPIRES_RDY - 61, WARN_NONE, 0, EXPIRES_RDY - 60},
+	    {"starting, idle on: never warned", 16, IDLE_END - 30, WARN_NONE, 0, 0},
+	    {"ended: never warned", 18, EXPIRES_RDY - 30, WARN_NONE, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof warns / sizeof warns[0]; i++) {
+		struct session s;
+		make(&s, &fixtures[warns[i].fixture], RUNTIME_VM, &vm);
+		struct session_warning w = session_warning(&s, warns[i].now);
+		double next = session_warning_next(&s, warns[i].now);
+		CHECK(w.kind == warns[i].kind && w.ends_at == warns[i].ends_at &&
+		          next == warns[i].next,
+		      "warning: %s (%s)", warns[i].name, session_warning_kind_str(warns[i].kind));
+		if (w.kind != warns[i].kind || next != warns[i].next)
+			printf("#   got %s ends %.0f next %.0f\n", session_warning_kind_str(w.kind),
+			       w.ends_at, next);
 	}
 
 	/* a struct that was never loaded has nothing due */

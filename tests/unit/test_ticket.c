@@ -44,6 +44,42 @@ int main(void)
 	      "a modified signature is refused");
 	free(forged);
 
+	CHECK(t.role == TICKET_OWNER, "a student's ticket is the owner's (no role)");
+	/* a teacher's tickets (issue #29): the role round-trips, signed */
+	const enum ticket_role roles[] = {TICKET_VIEW, TICKET_CONTROL};
+	for (int i = 0; i < 2; i++) {
+		char *rt = ticket_make_role(key, sizeof key - 1, sid, "teacher1", "lab-0b7e",
+		                            2000000000, roles[i]);
+		CHECK(rt && ticket_verify(key, sizeof key - 1, rt, 1900000000, &t) == TICKET_OK,
+		      "a %s ticket verifies", ticket_role_str(roles[i]));
+		CHECK(t.role == roles[i], "its role is %s", ticket_role_str(roles[i]));
+		CHECK_STR(t.user, "teacher1", "its user is the teacher");
+		free(rt);
+	}
+	CHECK(strcmp(ticket_role_str(TICKET_VIEW), "view") == 0 &&
+	          strcmp(ticket_role_str(TICKET_CONTROL), "control") == 0,
+	      "role names");
+	{
+		/* an unknown role, signed with the right key, is no ticket */
+		const char *pl = "{\"sid\":\"0b7e6c1a-8d3c-4c41-9a55-3f0b7a1c2d3e\",\"u\":\"t\","
+		                 "\"vm\":\"lab-0b7e\",\"exp\":2000000000,\"n\":"
+		                 "\"0123456789abcdef0123456789abcdef\",\"r\":\"admin\"}";
+		char *b = util_b64url(pl, strlen(pl));
+		char *sp = xasprintf("v1.%s", b);
+		unsigned char mac[32];
+		unsigned int ml = 0;
+		HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)sp, strlen(sp),
+		     mac, &ml);
+		char *m64 = util_b64url(mac, sizeof mac);
+		char *full = xasprintf("%s.%s", sp, m64);
+		CHECK(ticket_verify(key, sizeof key - 1, full, 1900000000, &t) == TICKET_MALFORMED,
+		      "an unknown role is refused, even signed");
+		free(b);
+		free(sp);
+		free(m64);
+		free(full);
+	}
+
 	char *tk2 = ticket_make(key, sizeof key - 1, sid, "student1", "lab-0b7e", 2000000000);
 	CHECK(tk2 && strcmp(tk, tk2) != 0, "two tickets for the same session differ (nonce)");
 

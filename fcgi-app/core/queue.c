@@ -1,5 +1,5 @@
-/* queue.c - the fair waiting line: join, leave, position and estimate,
- * lapse, and the pump that admits the head (see queue.h). */
+/* queue.c - the waiting line's data: join, claim, leave, lapse, drop, the
+ * head, position and estimate (see queue.h). */
 #include "queue.h"
 
 #include <stdio.h>
@@ -7,35 +7,82 @@
 #include <string.h>
 #include <time.h>
 
+#include "admission.h"
 #include "jsonx.h"
 #include "lesson.h"
+#include "locks.h"
 #include "log.h"
-#include "session.h"
+#include "runtime.h"
+#include "util.h"
 
-#define LOCK_LINE "7306"
-#define PUMP_MAX  16 /* admissions one request makes at most */
+static const char *const state_names[] = {
+    [PLACE_WAITING] = "waiting", [PLACE_ADMITTED] = "admitted", [PLACE_LEFT] = "left",
+    [PLACE_LAPSED] = "lapsed",   [PLACE_FAILED] = "failed",
+};
+#define NSTATES (sizeof state_names / sizeof state_names[0])
+#define WAITING state_names[PLACE_WAITING]
 
-const char *queue_pool(const struct lesson *l)
+const char *queue_place_state_str(enum queue_place_state st)
 {
-	return l->runtime == RUNTIME_POD ? "pod" : "vm";
+	return (size_t)st < NSTATES ? state_names[st] : "unknown";
 }
 
-int queue_capacity(const struct cfg *c, const char *pool)
+int queue_place_state_parse(const char *v)
 {
-	return strcmp(pool, "pod") == 0 ? c->pod_capacity : c->vm_capacity;
+	return util_name_index(state_names, NSTATES, v);
 }
 
-/* Places not seen for queue_lapse_s lapse (every pump, every position). */
-static int lapse_stale(struct labctx *x)
+/* One move out of waiting (the UPDATE names its columns past the state). */
+static int move(struct labctx *x, const char *qid, enum queue_place_state to, const char *error)
+{
+	const char *p[4] = {qid, queue_place_state_str(to), WAITING, error};
+	PGresult *res = db_exec(&x->db,
+	                        "UPDATE session_queue SET state = $2, ended_at = now(), "
+	                        "error = coalesce($4, error) "
+	                        "WHERE id = $1::uuid AND state = $3 RETURNING id",
+	                        4, p);
+	if (!res)
+		return -1;
+	int n = PQntuples(res);
+	PQclear(res);
+	return n > 0;
+}
+
+int queue_claim(struct labctx *x, const char *qid)
+{
+	return move(x, qid, PLACE_ADMITTED, NULL);
+}
+
+int queue_leave(struct labctx *x, const char *qid)
+{
+	return move(x, qid, PLACE_LEFT, NULL);
+}
+
+int queue_drop(struct labctx *x, const char *qid, const char *error)
+{
+	return move(x, qid, PLACE_FAILED, error);
+}
+
+int queue_seen(struct labctx *x, const char *qid)
+{
+	const char *p[2] = {qid, WAITING};
+	return db_cmd(&x->db,
+	              "UPDATE session_queue SET last_seen_at = now() WHERE id = $1::uuid AND "
+	              "state = $2",
+	              2, p);
+}
+
+int queue_lapse_stale(struct labctx *x)
 {
 	char lapse[16];
 	snprintf(lapse, sizeof lapse, "%d", x->cfg->queue_lapse_s);
-	const char *p[2] = {x->cfg->environment, lapse};
+	const char *p[4] = {x->cfg->environment, lapse, queue_place_state_str(PLACE_LAPSED),
+	                    WAITING};
 	PGresult *res = db_exec(&x->db,
-	                        "UPDATE session_queue SET state = 'lapsed', ended_at = now() "
-	                        "WHERE environment = $1 AND state = 'waiting' AND last_seen_at < "
+	                        "UPDATE session_queue SET state = $3, ended_at = now() "
+	                        "WHERE environment = $1 AND state = $4 AND last_seen_at < "
 	                        "now() - make_interval(secs => $2::int) RETURNING id, user_name",
-	                        2, p);
+	                        4, p);
 	if (!res)
 		return -1;
 	for (int i = 0; i < PQntuples(res); i++)
@@ -81,20 +128,6 @@ long queue_seats_ahead(struct labctx *x, const char *pool, const char *qid)
 	return n;
 }
 
-int queue_claim(struct labctx *x, const char *qid)
-{
-	const char *p[1] = {qid};
-	PGresult *res = db_exec(&x->db,
-	                        "UPDATE session_queue SET state = 'admitted', ended_at = now() "
-	                        "WHERE id = $1::uuid AND state = 'waiting' RETURNING id",
-	                        1, p);
-	if (!res)
-		return -1;
-	int n = PQntuples(res);
-	PQclear(res);
-	return n > 0;
-}
-
 int queue_join(struct labctx *x, const char *user, const struct lesson *l, long seats, char qid[37])
 {
 	char ns[16];
@@ -103,11 +136,12 @@ int queue_join(struct labctx *x, const char *user, const struct lesson *l, long 
 	snprintf(ns, sizeof ns, "%ld", seats);
 	/* joins to one line one at a time: the order of seq is the order of the
 	 * commits, so a position read after its join counts every place ahead */
-	const char *pl[2] = {x->cfg->environment, queue_pool(l)};
+	const char *pool = runtime_of(l->runtime)->name;
+	const char *pl[2] = {x->cfg->environment, pool};
 	if (db_cmd(&x->db, "SELECT pg_advisory_xact_lock(" LOCK_LINE ", hashtext($1 || '/' || $2))",
 	           2, pl) < 0)
 		return -1;
-	const char *p[6] = {qid, user, l->id, x->cfg->environment, queue_pool(l), ns};
+	const char *p[6] = {qid, user, l->id, x->cfg->environment, pool, ns};
 	return db_cmd(&x->db,
 	              "INSERT INTO session_queue (id, user_name, lesson, environment, pool, seats) "
 	              "VALUES ($1::uuid, $2, $3, $4, $5, $6::int)",
@@ -128,9 +162,7 @@ static double longest_hold_s(const struct labctx *x)
 	return m;
 }
 
-/* The k-th time a seat frees: each seat frees at t[i]; a freed seat goes to
- * the next place, which holds it for `next` seconds. Destroys t. */
-static long long kth_free(long long *t, size_t n, long k, long long next)
+long long queue_kth_free(long long *t, size_t n, long k, long long next)
 {
 	long long at = 0;
 	for (long j = 0; j < k; j++) {
@@ -209,8 +241,9 @@ static void add_estimate(struct labctx *x, cJSON *q, const char *pool, long k)
 			e[i] = atoll(db_val(res, (int)i, 3));
 		}
 		long long hold = (long long)(longest_hold_s(x) * 1e6);
-		add_ts(q, "no_later_than", kth_free(b, n, k, hold));
-		add_ts(q, "estimate", kth_free(e, n, k, med ? (long long)(atof(med) * 1e6) : hold));
+		add_ts(q, "no_later_than", queue_kth_free(b, n, k, hold));
+		add_ts(q, "estimate",
+		       queue_kth_free(e, n, k, med ? (long long)(atof(med) * 1e6) : hold));
 		free(b);
 		free(e);
 	}
@@ -240,13 +273,13 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 		PQclear(res);
 		return NULL;
 	}
-	const char *state = db_val(res, 0, 1);
+	int state = queue_place_state_parse(db_val(res, 0, 1));
 	cJSON *o = jx_obj();
 	jx_add_str(o, "id", db_val(res, 0, 0));
 	jx_add_str(o, "user", db_val(res, 0, 11));
 	jx_add_str(o, "lesson", db_val(res, 0, 2));
 	jx_add_str(o, "created_at", db_val(res, 0, 5));
-	if (strcmp(state, "waiting") == 0) {
+	if (state == PLACE_WAITING) {
 		jx_add_str(o, "state", "queued");
 		cJSON *q = jx_add_obj(o, "queue");
 		long position = atol(db_val(res, 0, 8)), through = atol(db_val(res, 0, 9));
@@ -256,19 +289,27 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 		jx_add_num(q, "length", atof(db_val(res, 0, 12)));
 		jx_add_str(q, "pool", db_val(res, 0, 3));
 		jx_add_num(q, "seats", atof(db_val(res, 0, 4)));
-		int cap = queue_capacity(x->cfg, db_val(res, 0, 3));
+		const struct runtime_ops *rt = runtime_named(db_val(res, 0, 3));
+		int cap = rt ? rt->capacity(x->cfg) : 0;
 		jx_add_num(q, "capacity", cap);
 		jx_add_str(q, "joined_at", db_val(res, 0, 5));
 		jx_add_num(q, "lapse_after_s", x->cfg->queue_lapse_s);
-		long freeseats = cap - busy;
-		add_estimate(x, q, db_val(res, 0, 3), through - (freeseats > 0 ? freeseats : 0));
+		/* the seats to wait for: this place's and those ahead of it, less
+		 * the seats free now (the admission's count, on what this database
+		 * sees held) */
+		struct admission_facts f;
+		long seats = atol(db_val(res, 0, 4));
+		admission_facts_init(&f, ADM_VIEW, seats, cap);
+		f.line_ahead = through - seats;
+		f.in_use = busy;
+		struct admission a = admission_decide(&f);
+		add_estimate(x, q, db_val(res, 0, 3), seats + f.line_ahead - a.free_now);
 		jx_add_num(q, "poll_s", 2);
 	} else {
 		/* what became of the place: the API's words for the student */
-		const char *st = strcmp(state, "waiting") == 0 ? "queued" : state;
-		jx_add_str(o, "state", st);
+		jx_add_str(o, "state", db_val(res, 0, 1));
 		jx_add_str(o, "ended_at", db_val(res, 0, 6));
-		if (strcmp(state, "lapsed") == 0)
+		if (state == PLACE_LAPSED)
 			jx_add_str(
 			    o, "message",
 			    "your place in line lapsed: the page did not check in for a while. "
@@ -280,63 +321,52 @@ cJSON *queue_place_json(struct labctx *x, const char *qid)
 	return o;
 }
 
-/* Admit the heads of one pool's line while its seats look free. */
-static void pump_pool(struct labctx *x, const char *pool)
+int queue_head(struct labctx *x, const char *pool, struct queue_head *h)
 {
-	for (int i = 0; i < PUMP_MAX; i++) {
-		/* the head, and the seats this database sees held: a cheap filter
-		 * before the start counts in the cluster under the lock */
-		const char *p[2] = {x->cfg->environment, pool};
-		PGresult *res = db_exec(
-		    &x->db,
-		    "SELECT id, user_name, lesson, seats, (SELECT count(*) FROM sessions s JOIN "
-		    "session_vms v ON v.session_id = s.id WHERE s.state IN ('starting', 'ready') "
-		    "AND s.runtime = $2) FROM session_queue WHERE environment = $1 AND pool = $2 "
-		    "AND state = 'waiting' ORDER BY seq LIMIT 1",
-		    2, p);
-		if (!res)
-			return;
-		if (PQntuples(res) == 0 || atol(db_val(res, 0, 4)) + atol(db_val(res, 0, 3)) >
-		                               queue_capacity(x->cfg, pool)) {
-			PQclear(res);
-			return;
-		}
-		char *qid = xstrdup(db_val(res, 0, 0)), *user = xstrdup(db_val(res, 0, 1));
-		char *lesson = xstrdup(db_val(res, 0, 2));
-		PQclear(res);
-		int rc = api_start_queued(x, qid, user, lesson);
-		free(qid);
-		free(user);
-		free(lesson);
-		if (rc != 1 && rc != 2)
-			return;
+	const char *p[3] = {x->cfg->environment, pool, WAITING};
+	memset(h, 0, sizeof *h);
+	PGresult *res =
+	    db_exec(&x->db,
+	            "SELECT id, user_name, lesson, seats, (SELECT count(*) FROM sessions s JOIN "
+	            "session_vms v ON v.session_id = s.id WHERE s.state IN ('starting', 'ready') "
+	            "AND s.runtime = $2) FROM session_queue WHERE environment = $1 AND pool = $2 "
+	            "AND state = $3 ORDER BY seq LIMIT 1",
+	            3, p);
+	if (!res)
+		return -1;
+	int found = PQntuples(res) > 0;
+	if (found) {
+		snprintf(h->id, sizeof h->id, "%s", db_val(res, 0, 0));
+		h->user = xstrdup(db_val(res, 0, 1));
+		h->lesson = xstrdup(db_val(res, 0, 2));
+		h->seats = atol(db_val(res, 0, 3));
+		h->busy = atol(db_val(res, 0, 4));
 	}
+	PQclear(res);
+	return found;
 }
 
-void queue_pump(struct labctx *x)
+void queue_head_free(struct queue_head *h)
 {
-	if (lapse_stale(x) < 0)
-		return;
-	pump_pool(x, "vm");
-	pump_pool(x, "pod");
+	free(h->user);
+	free(h->lesson);
+	memset(h, 0, sizeof *h);
 }
 
-/* The user's place: by id, or the waiting one (current). */
-static char *find_place(struct req *r, int current, int *err)
+char *queue_find_place(struct labctx *x, const char *user, const char *id, int *err)
 {
-	struct labctx *x = r->x;
 	PGresult *res;
 	*err = 0;
-	if (current) {
-		const char *p[2] = {x->cfg->environment, r->user};
+	if (!id) {
+		const char *p[3] = {x->cfg->environment, user, WAITING};
 		res = db_exec(&x->db,
 		              "SELECT id FROM session_queue WHERE environment = $1 AND "
-		              "user_name = $2 AND state = 'waiting'",
-		              2, p);
+		              "user_name = $2 AND state = $3",
+		              3, p);
 	} else {
-		if (!util_uuid_valid(r->param))
+		if (!util_uuid_valid(id))
 			return NULL;
-		const char *p[3] = {r->param, x->cfg->environment, r->user};
+		const char *p[3] = {id, x->cfg->environment, user};
 		res = db_exec(&x->db,
 		              "SELECT id FROM session_queue WHERE id = $1::uuid AND "
 		              "environment = $2 AND user_name = $3",
@@ -346,72 +376,17 @@ static char *find_place(struct req *r, int current, int *err)
 		*err = 1;
 		return NULL;
 	}
-	char *id = PQntuples(res) ? xstrdup(db_val(res, 0, 0)) : NULL;
+	char *found = PQntuples(res) ? xstrdup(db_val(res, 0, 0)) : NULL;
 	PQclear(res);
-	return id;
+	return found;
 }
 
-int queue_route(struct req *r, handler_fn fn, int current, enum hres *h)
+void queue_record_estimate(struct labctx *x, const char *qid, const cJSON *place)
 {
-	struct labctx *x = r->x;
-	int err;
-	*h = H_DONE;
-	char *qid = find_place(r, current, &err);
-	if (err) {
-		*h = api_db_error(r);
-		return 1;
-	}
-	if (!qid)
-		return 0;
-	const char *p[1] = {qid};
-	if (fn == api_session_delete) {
-		if (db_cmd(&x->db,
-		           "UPDATE session_queue SET state = 'left', ended_at = now() "
-		           "WHERE id = $1::uuid AND state = 'waiting'",
-		           1, p) < 0) {
-			*h = api_db_error(r);
-			free(qid);
-			return 1;
-		}
-		log_info("queue: user %s left the line (place %s)", r->user, qid);
-		queue_pump(x); /* the place may have held the head back */
-	} else if (fn == api_session_get) {
-		/* a poll: the place is alive, unless it lapsed already; then move
-		 * the line, which may admit it */
-		if (lapse_stale(x) < 0 ||
-		    db_cmd(&x->db,
-		           "UPDATE session_queue SET last_seen_at = now() WHERE id = $1::uuid AND "
-		           "state = 'waiting'",
-		           1, p) < 0) {
-			*h = api_db_error(r);
-			free(qid);
-			return 1;
-		}
-		queue_pump(x);
-		struct session s;
-		if (session_load(x, qid, &s) == SESSION_FOUND) {
-			/* admitted just now: the session it became */
-			session_advance(x, &s);
-			resp_json(r, 200, session_json(&s));
-			session_free(&s);
-			free(qid);
-			return 1;
-		}
-	} else {
-		resp_error(r, E_NOT_READY, "the lab is queued, not ready: wait for your turn");
-		free(qid);
-		return 1;
-	}
-	cJSON *o = queue_place_json(x, qid);
-	free(qid);
-	if (!o) {
-		*h = api_db_error(r);
-		return 1;
-	}
-	if (current && strcmp(kj_str(o, "state") ? kj_str(o, "state") : "", "queued") != 0) {
-		cJSON_Delete(o);
-		return 0;
-	}
-	resp_json(r, 200, o);
-	return 1;
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(place, "queue");
+	const char *p[3] = {qid, kj_str(q, "estimate"), kj_str(q, "no_later_than")};
+	db_cmd(&x->db,
+	       "UPDATE session_queue SET estimate_at = $2::timestamptz, bound_at = "
+	       "$3::timestamptz WHERE id = $1::uuid",
+	       3, p);
 }
