@@ -57,6 +57,9 @@ enum hres api_healthz(struct req *r);
 enum hres api_lesson_guide(struct req *r);
 /* api_sessions.c: start, read, end */
 enum hres api_session_create(struct req *r);
+/* 201 with session sid as session_json() writes it (the start, a teacher's
+ * reset), or 503 when it cannot be read back. */
+enum hres api_created_session(struct req *r, const char *sid);
 enum hres api_session_get(struct req *r);
 enum hres api_session_delete(struct req *r);
 /* api_grade.c */

@@ -38,11 +38,22 @@ static int parse_start(struct req *r, struct start *st, int *want_queue)
 	return 0;
 }
 
+enum hres api_created_session(struct req *r, const char *sid)
+{
+	struct session s;
+	if (session_load(r->x, sid, &s) != SESSION_FOUND) {
+		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
+		return H_DONE;
+	}
+	resp_json(r, 201, session_json(&s));
+	session_free(&s);
+	return H_DONE;
+}
+
 enum hres api_session_create(struct req *r)
 {
 	struct labctx *x = r->x;
 	struct start st;
-	struct session s;
 	enum hres h = H_DONE;
 	int want_queue = 0;
 
@@ -72,14 +83,10 @@ enum hres api_session_create(struct req *r)
 			queue_pump(x);
 		return h;
 	}
+	char sid[37];
+	snprintf(sid, sizeof sid, "%s", st.sid);
 	start_done(&st);
-	if (session_load(x, st.sid, &s) != SESSION_FOUND) {
-		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
-		return H_DONE;
-	}
-	resp_json(r, 201, session_json(&s));
-	session_free(&s);
-	return H_DONE;
+	return api_created_session(r, sid);
 }
 
 enum hres api_session_get(struct req *r)

@@ -681,7 +681,7 @@ enum hres api_teacher_extend(struct req *r)
 enum hres api_teacher_reset(struct req *r)
 {
 	struct labctx *x = r->x;
-	struct session s, fresh;
+	struct session s;
 	enum hres h;
 	if (teacher_session(r, &s, &h) < 0)
 		return h;
@@ -726,13 +726,7 @@ enum hres api_teacher_reset(struct req *r)
 	log_info("teacher %s: reset session %s of %s: new session %s in its seat", r->user, s.id,
 	         s.user, sid);
 	session_free(&s);
-	if (session_load(x, sid, &fresh) != SESSION_FOUND) {
-		resp_error(r, E_DB_UNAVAILABLE, "the session was created but cannot be read");
-		return H_DONE;
-	}
-	resp_json(r, 201, session_json(&fresh));
-	session_free(&fresh);
-	return H_DONE;
+	return api_created_session(r, sid);
 }
 
 enum hres api_teacher_end(struct req *r)

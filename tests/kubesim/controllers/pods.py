@@ -47,11 +47,13 @@ PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "timeoutSeconds
 # What an image runs when the pod gives no command (its ENTRYPOINT): every
 # image is this host's root (podguest.py), so an image whose entrypoint is a
 # program of a cluster component maps to the simulator's stand-in for it.
+# The program travels in the command (python3 -c), as it would in the image:
+# the container's root is the host's, but its /tmp is its own, so a checkout
+# under /tmp (a CI clone) would not be there by path.
+_SIM = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_ENTRYPOINTS = {
     # CDI's importer (cmd/cdi-importer): cdi_importer.py
-    "quay.io/kubevirt/cdi-importer": ["/usr/bin/python3", "-I",
-                                      os.path.join(os.path.dirname(os.path.dirname(
-                                          os.path.abspath(__file__))), "cdi_importer.py")],
+    "quay.io/kubevirt/cdi-importer": os.path.join(_SIM, "cdi_importer.py"),
 }
 
 
@@ -59,7 +61,11 @@ def entrypoint(image):
     repo = (image or "").rsplit("@", 1)[0]
     if ":" in repo.rsplit("/", 1)[-1]:
         repo = repo.rsplit(":", 1)[0]
-    return IMAGE_ENTRYPOINTS.get(repo)
+    prog = IMAGE_ENTRYPOINTS.get(repo)
+    if not prog:
+        return None
+    with open(prog) as f:
+        return ["/usr/bin/python3", "-I", "-c", f.read()]
 
 
 def is_launcher(pod):
