@@ -169,6 +169,14 @@ enum hres api_tty_size(struct req *r)
 			}
 			break; /* another request holds it and sends what is left */
 		}
+		if (!agent_slot_take(x)) {
+			session_lease_release(x, s->id, LEASE_TTY);
+			if (!held) {
+				free(checked);
+				return api_agent_busy(r);
+			}
+			break; /* what is left goes with the next request */
+		}
 		held = 1;
 		struct tty_pending p;
 		int n;
@@ -213,6 +221,7 @@ enum hres api_tty_size(struct req *r)
 			       "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid",
 			       2, d);
 		}
+		agent_slot_release();
 		session_lease_release(x, s->id, LEASE_TTY);
 		if (n < 0)
 			break;

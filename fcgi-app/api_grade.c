@@ -140,6 +140,12 @@ enum hres api_session_grade(struct req *r)
 		resp_error_json(r, E_GRADE_RUNNING, e);
 		return H_DONE;
 	}
+	/* the lease holder calls the agents: one of the process's agent slots
+	 * (http.h) while it does */
+	if (!agent_slot_take(x)) {
+		session_lease_release(x, s->id, LEASE_GRADE);
+		return api_agent_busy(r);
+	}
 	double end = util_mono_s() + deadline;
 	cJSON *o = jx_obj();
 	cJSON *steps = jx_arr();
@@ -214,6 +220,7 @@ enum hres api_session_grade(struct req *r)
 	log_info("session %s (%s, %s): graded %d/%zu", s->id, s->user, s->lesson, passed,
 	         l->nsteps);
 out:
+	agent_slot_release();
 	free(mpassed);
 	free(mtotal);
 	free(checked);

@@ -1,6 +1,7 @@
 #include "http.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 
 #include "jsonx.h"
+#include "lab.h"
 #include "log.h"
 
 static const struct {
@@ -44,6 +46,7 @@ static const struct {
     [E_TOO_MANY_STREAMS] = {"too_many_streams", 429},
     [E_NO_EXTENSIONS_LEFT] = {"no_extensions_left", 409},
     [E_LINE_WAITING] = {"line_waiting", 409},
+    [E_AGENT_BUSY] = {"agent_busy", 503},
 };
 
 static const char *status_text(int s)
@@ -303,6 +306,59 @@ enum hres api_db_error(struct req *r)
 	if (r->x->db.broken)
 		return H_DB_LOST;
 	resp_error(r, E_DB_UNAVAILABLE, "database error: try again shortly");
+	return H_DONE;
+}
+
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slot_cv = PTHREAD_COND_INITIALIZER;
+static int slots_held;
+
+static int agent_slots(const struct labctx *x)
+{
+	int n = x->cfg->fcgi_threads / 2;
+	return n > 0 ? n : 1;
+}
+
+int agent_slot_take(const struct labctx *x)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += AGENT_SLOT_WAIT_MS / 1000;
+	until.tv_nsec += (AGENT_SLOT_WAIT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	int got = 0, rc = 0;
+	pthread_mutex_lock(&slot_mu);
+	while (slots_held >= agent_slots(x) && rc == 0)
+		rc = pthread_cond_timedwait(&slot_cv, &slot_mu, &until);
+	if (slots_held < agent_slots(x)) {
+		slots_held++;
+		got = 1;
+	}
+	pthread_mutex_unlock(&slot_mu);
+	if (!got)
+		log_warn("every agent slot of this process (%d) is held by a slow agent",
+		         agent_slots(x));
+	return got;
+}
+
+void agent_slot_release(void)
+{
+	pthread_mutex_lock(&slot_mu);
+	slots_held--;
+	pthread_cond_signal(&slot_cv);
+	pthread_mutex_unlock(&slot_mu);
+}
+
+enum hres api_agent_busy(struct req *r)
+{
+	cJSON *e = error_json(E_AGENT_BUSY, "other students' lab machines are slow to answer: try "
+	                                    "again in a moment");
+	jx_add_num(e, "retry_after_s", 2);
+	resp_header(r, "Retry-After", "2");
+	resp_error_json(r, E_AGENT_BUSY, e);
 	return H_DONE;
 }
 

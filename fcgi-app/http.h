@@ -46,6 +46,7 @@ enum api_err {
 	E_TOO_MANY_STREAMS,       /* 429 too_many_streams (stream_max_per_user open) */
 	E_NO_EXTENSIONS_LEFT,     /* 409 no_extensions_left (issue #28) */
 	E_LINE_WAITING,           /* 409 line_waiting (no extension while the line waits) */
+	E_AGENT_BUSY,             /* 503 agent_busy (every agent slot of this process held) */
 };
 
 struct req {
@@ -111,5 +112,21 @@ int http_is_json_type(const char *content_type);
 /* A database failure: H_DB_LOST when the connection dropped (a retry may
  * help), else 503 db_unavailable answered and H_DONE. */
 enum hres api_db_error(struct req *r);
+/*
+ * Agent slots. A grade or a tty-size holds its worker for as long as the
+ * guest's agent takes to answer, and the guest is the student's: root there
+ * can make it never answer. The leases bound that to one request of each
+ * kind per session; across sessions, the slots bound it to half of this
+ * process's workers (fcgi_threads / 2, at least one), so that students with
+ * frozen agents never hold every worker (benchmarks/frozen_workers.py: two of
+ * them held all four of Apache's labvm.fcgi). Taken by the lease holder
+ * around its agent calls only; a holder waits up to AGENT_SLOT_WAIT_MS for
+ * one (a class grading at once takes turns). 0 when none came: the caller
+ * answers api_agent_busy() (503 agent_busy, Retry-After).
+ */
+#define AGENT_SLOT_WAIT_MS 3000
+int agent_slot_take(const struct labctx *x);
+void agent_slot_release(void);
+enum hres api_agent_busy(struct req *r);
 
 #endif

@@ -209,6 +209,58 @@ def tty_size_storm():
     api.end(sid)
 
 
+@t.test(name="two frozen agents hold at most half of a labvm.fcgi's workers: a third "
+             "student's grade through the same process is 503 agent_busy, a fourth student's "
+             "poll is answered, and once they end the third grades again")
+def agent_slots():
+    # Apache runs one labvm.fcgi of fcgi_threads = 4: two agent slots
+    base = os.environ["LABVM_APACHE_URL"]
+    users = ("student321", "student322", "student323")
+    labs = []
+    for u in users:
+        a = Api(u, base=base, timeout=120)
+        s = setting_up(a)
+        go(s)
+        a.wait_state(s["id"], "ready", 30)
+        labs.append((a, s, agent_pid(s["id"])))
+    for _, _, pid in labs:
+        os.kill(pid, signal.SIGSTOP)
+    answers, at = {}, {}
+    try:
+        def grade(i):
+            a, s, _ = labs[i]
+            answers[i] = Api(users[i], base=base, timeout=120).grade(s["id"])
+            at[i] = time.monotonic()
+        ths = [threading.Thread(target=grade, args=(i,)) for i in (0, 1)]
+        for th in ths:
+            th.start()
+        # both grades hold their leases: they are at their agents
+        wait_until(lambda: all(db.one("SELECT grade_until IS NOT NULL FROM sessions "
+                                      "WHERE id = %s", s["id"])[0] for _, s, _ in labs[:2]),
+                   10, 0.05, "two grades in flight")
+        third = Api(users[2], base=base, timeout=120).grade(labs[2][1]["id"])
+        third_at = time.monotonic()
+        poll = Api("student324", base=base, timeout=120).current()
+        poll_at = time.monotonic()
+        for th in ths:
+            th.join(60)
+    finally:
+        for _, _, pid in labs:
+            os.kill(pid, signal.SIGCONT)
+    t.eq((third.status, (third.json or {}).get("error")), (503, "agent_busy"),
+         "the third grade: 503 agent_busy", third)
+    t.ok(third.header("Retry-After"), "with Retry-After", third)
+    t.eq(poll.status, 404, "another student's poll answered (no session)", poll)
+    t.ok(all(third_at < at[i] and poll_at < at[i] for i in (0, 1)),
+         "... both while the two frozen grades were still in flight", (third_at, poll_at, at))
+    t.eq(sorted(answers[i].status for i in (0, 1)), [502, 502],
+         "the frozen grades: 502 at their deadline")
+    g = labs[2][0].grade(labs[2][1]["id"])
+    t.eq(g.status, 200, "the slots are free again: the third student grades", g)
+    for a, s, _ in labs:
+        a.end(s["id"])
+
+
 @t.test(name="start rate limit: the third start within the window is 429 too_many_starts "
              "with Retry-After; nothing is created; another user is not limited")
 def rate_limit():
