@@ -169,7 +169,7 @@ enum hres api_tty_size(struct req *r)
 			}
 			break; /* another request holds it and sends what is left */
 		}
-		if (!agent_slot_take(x)) {
+		if (!agent_slot_take(x, s->user)) {
 			session_lease_release(x, s->id, LEASE_TTY);
 			if (!held) {
 				free(checked);
@@ -221,7 +221,7 @@ enum hres api_tty_size(struct req *r)
 			       "make_interval(secs => $2::float8 / 1000) WHERE id = $1::uuid",
 			       2, d);
 		}
-		agent_slot_release();
+		agent_slot_release(s->user);
 		session_lease_release(x, s->id, LEASE_TTY);
 		if (n < 0)
 			break;

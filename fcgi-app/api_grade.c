@@ -142,7 +142,7 @@ enum hres api_session_grade(struct req *r)
 	}
 	/* the lease holder calls the agents: one of the process's agent slots
 	 * (http.h) while it does */
-	if (!agent_slot_take(x)) {
+	if (!agent_slot_take(x, s->user)) {
 		session_lease_release(x, s->id, LEASE_GRADE);
 		return api_agent_busy(r);
 	}
@@ -220,7 +220,7 @@ enum hres api_session_grade(struct req *r)
 	log_info("session %s (%s, %s): graded %d/%zu", s->id, s->user, s->lesson, passed,
 	         l->nsteps);
 out:
-	agent_slot_release();
+	agent_slot_release(s->user);
 	free(mpassed);
 	free(mtotal);
 	free(checked);

@@ -1,8 +1,8 @@
 #include "http.h"
 
 #include <ctype.h>
-#include <pthread.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include "jsonx.h"
 #include "lab.h"
 #include "log.h"
+#include "util.h"
 
 static const struct {
 	const char *code;
@@ -312,6 +313,8 @@ enum hres api_db_error(struct req *r)
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t slot_cv = PTHREAD_COND_INITIALIZER;
 static int slots_held;
+static char **slot_users; /* who holds each slot (NULL: free); fcgi_threads long */
+static int slot_users_n;
 
 static int agent_slots(const struct labctx *x)
 {
@@ -319,7 +322,15 @@ static int agent_slots(const struct labctx *x)
 	return n > 0 ? n : 1;
 }
 
-int agent_slot_take(const struct labctx *x)
+static int slot_of(const char *user)
+{
+	for (int i = 0; i < slot_users_n; i++)
+		if (slot_users[i] && strcmp(slot_users[i], user) == 0)
+			return i;
+	return -1;
+}
+
+int agent_slot_take(const struct labctx *x, const char *user)
 {
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
@@ -329,26 +340,41 @@ int agent_slot_take(const struct labctx *x)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	int got = 0, rc = 0;
+	int got = 0, rc = 0, mine = 0;
 	pthread_mutex_lock(&slot_mu);
-	while (slots_held >= agent_slots(x) && rc == 0)
+	if (!slot_users) {
+		slot_users_n = agent_slots(x);
+		slot_users = xcalloc((size_t)slot_users_n, sizeof *slot_users);
+	}
+	/* a user holds one slot at most, and never waits for a second */
+	mine = slot_of(user) >= 0;
+	while (!mine && slots_held >= slot_users_n && rc == 0)
 		rc = pthread_cond_timedwait(&slot_cv, &slot_mu, &until);
-	if (slots_held < agent_slots(x)) {
+	if (!mine && slots_held < slot_users_n) {
+		int i = 0;
+		while (slot_users[i]) /* slots_held < slot_users_n: one is free */
+			i++;
+		slot_users[i] = xstrdup(user);
 		slots_held++;
 		got = 1;
 	}
 	pthread_mutex_unlock(&slot_mu);
-	if (!got)
+	if (!got && !mine)
 		log_warn("every agent slot of this process (%d) is held by a slow agent",
-		         agent_slots(x));
+		         slot_users_n);
 	return got;
 }
 
-void agent_slot_release(void)
+void agent_slot_release(const char *user)
 {
 	pthread_mutex_lock(&slot_mu);
-	slots_held--;
-	pthread_cond_signal(&slot_cv);
+	int i = slot_of(user);
+	if (i >= 0) {
+		free(slot_users[i]);
+		slot_users[i] = NULL;
+		slots_held--;
+		pthread_cond_signal(&slot_cv);
+	}
 	pthread_mutex_unlock(&slot_mu);
 }
 

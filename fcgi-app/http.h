@@ -120,13 +120,15 @@ enum hres api_db_error(struct req *r);
  * process's workers (fcgi_threads / 2, at least one), so that students with
  * frozen agents never hold every worker (benchmarks/frozen_workers.py: two of
  * them held all four of Apache's labvm.fcgi). Taken by the lease holder
- * around its agent calls only; a holder waits up to AGENT_SLOT_WAIT_MS for
- * one (a class grading at once takes turns). 0 when none came: the caller
- * answers api_agent_busy() (503 agent_busy, Retry-After).
+ * around its agent calls only. A user holds one slot at most: their second
+ * call (a tty-size beside their grade) is refused at once; anyone else waits
+ * up to AGENT_SLOT_WAIT_MS for one (a class grading at once takes turns).
+ * 0 when none came: the caller answers api_agent_busy() (503 agent_busy,
+ * Retry-After).
  */
-#define AGENT_SLOT_WAIT_MS 3000
-int agent_slot_take(const struct labctx *x);
-void agent_slot_release(void);
+#define AGENT_SLOT_WAIT_MS 1000
+int agent_slot_take(const struct labctx *x, const char *user);
+void agent_slot_release(const char *user);
 enum hres api_agent_busy(struct req *r);
 
 #endif
