@@ -9,8 +9,15 @@
 
 #include <libwebsockets.h>
 
-enum db_kind { DB_CHECK = 1, DB_RECHECK, DB_ENDED, DB_STATUS, DB_WATCH_ON, DB_WATCH_OFF,
-	       DB_ACTIVITY };
+enum db_kind {
+	DB_CHECK = 1,
+	DB_RECHECK,
+	DB_ENDED,
+	DB_STATUS,
+	DB_WATCH_ON,
+	DB_WATCH_OFF,
+	DB_ACTIVITY
+};
 enum db_status { DB_OK = 0, DB_NOT_FOUND, DB_VM_MISMATCH, DB_UNAVAILABLE, DB_TICKET_USED };
 
 struct db_result {

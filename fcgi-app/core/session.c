@@ -290,13 +290,26 @@ int session_reload(struct labctx *x, struct session *s)
 
 void session_free(struct session *s)
 {
-	char *str[] = {s->id,          s->user,         s->lesson,
-	               s->environment, s->disk_source,  s->fallback_reason,
-	               s->created_at,  s->submitted_at, s->running_at,
-	               s->ready_at,    s->ended_at,     s->expires_at,
-	               s->end_reason,  s->error,        s->last_grade,
-	               s->graded_at,   s->pool_vm,      s->watchers,
-	               s->last_activity_at, s->idle_ends_at};
+	char *str[] = {s->id,
+	               s->user,
+	               s->lesson,
+	               s->environment,
+	               s->disk_source,
+	               s->fallback_reason,
+	               s->created_at,
+	               s->submitted_at,
+	               s->running_at,
+	               s->ready_at,
+	               s->ended_at,
+	               s->expires_at,
+	               s->end_reason,
+	               s->error,
+	               s->last_grade,
+	               s->graded_at,
+	               s->pool_vm,
+	               s->watchers,
+	               s->last_activity_at,
+	               s->idle_ends_at};
 	for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
 		free(str[i]);
 	for (size_t i = 0; i < s->nvms; i++) {

@@ -68,8 +68,8 @@ int main(void)
 		char *sp = xasprintf("v1.%s", b);
 		unsigned char mac[32];
 		unsigned int ml = 0;
-		HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)sp, strlen(sp),
-		     mac, &ml);
+		HMAC(EVP_sha256(), key, (int)(sizeof key - 1), (const unsigned char *)sp,
+		     strlen(sp), mac, &ml);
 		char *m64 = util_b64url(mac, sizeof mac);
 		char *full = xasprintf("%s.%s", sp, m64);
 		CHECK(ticket_verify(key, sizeof key - 1, full, 1900000000, &t) == TICKET_MALFORMED,
