@@ -15,8 +15,7 @@
  *   - tries the fence from inside (the probe, a lab file): the other
  *     canary's agent, the API server and the backend Pod must not answer,
  *     the internet should;
- *   - is ended (end reason "user", as the student's End) and reclaimed:
- *     every object with its session id gone from the cluster.
+ *   - is ended (end reason "user", a student's End) and reclaimed: nothing left.
  * Each stage is timed and the times printed. Whatever fails, both are ended. */
 #include <pthread.h>
 #include <signal.h>
