@@ -342,11 +342,6 @@ struct session_vm *session_vm_find(const struct session *s, const char *name)
 	return NULL;
 }
 
-int session_active(const struct session *s)
-{
-	return s->id && (s->state == SESSION_STARTING || s->state == SESSION_READY);
-}
-
 cJSON *session_json(const struct session *s)
 {
 	cJSON *o = jx_obj(), *disk, *vms;

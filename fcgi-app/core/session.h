@@ -10,7 +10,7 @@
  * writer), so concurrent pollers (several browser tabs, several FastCGI
  * processes, the reaper) record each timestamp once and the first one to
  * decide wins. What moves a starting session on is its runtime's look
- * (runtime.h advance), as session_due() says it is due (advance.c).
+ * (runtime.h advance), as session_due() (due.c) says it is due.
  *
  * To add a stage:
  *   - its value in enum session_stage (below, in order) and its name in
@@ -20,7 +20,7 @@
  *   - where the cluster or the agent shows it: session_set_stage() /
  *     session_set_vm_stage() (session_change.h) in the runtime's look
  *     (runtime_vm.c look_running, runtime_pod.c look_running); if it has a
- *     deadline of its own, a case in session_due() (advance.c) and rows in
+ *     deadline of its own, a case in session_due() (due.c) and rows in
  *     tests/unit/test_session_due.c;
  *   - its label on the pages: web/session.js (STAGES), web/index.html (the
  *     <li data-stage> list), web/i18n.js (stage.* and stage.short.*, EN and
