@@ -187,7 +187,13 @@ def replace_agent(kube, vm, ip, mode, log="/tmp/agentrec.jsonl"):
     pid = wait_until(lambda: listener_pid(ip), 20, 0.1, f"the agent on {ip}")
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not listener_pid(ip), 10, 0.05, "the agent gone")
-    kube.guest_exec(vm, f"rm -f {log}; nohup /usr/bin/python3 -I {HERE}/agentrec.py "
+    # the recorder is copied into the guest first: a guest's /tmp is its own,
+    # so a checkout under /tmp (a CI clone) is not there by path
+    import base64
+    with open(os.path.join(HERE, "agentrec.py"), "rb") as f:
+        b64 = base64.b64encode(f.read()).decode()
+    kube.guest_exec(vm, f"echo {b64} | base64 -d > /root/agentrec.py; rm -f {log}; "
+                        f"nohup /usr/bin/python3 -I /root/agentrec.py "
                         f"--mode {mode} --log {log} >/dev/null 2>&1 &")
     wait_until(lambda: listener_pid(ip, name=b"agentrec"), 20, 0.1, f"the recorder on {ip}")
 
